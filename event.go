@@ -1,0 +1,231 @@
+package rein
+
+import (
+	"bytes"
+	"encoding/json"
+	"time"
+)
+
+// EventType names an event in a session's log (SPEC §3 "Event vocabulary").
+type EventType string
+
+// The event vocabulary.
+const (
+	EventUserMessage               EventType = "user.message"
+	EventUserInterrupt             EventType = "user.interrupt"
+	EventUserSupplement            EventType = "user.supplement"
+	EventUserToolConfirmation      EventType = "user.tool_confirmation"
+	EventSystemMessage             EventType = "system.message"
+	EventRunQueued                 EventType = "session.run_queued"
+	EventRunStarted                EventType = "session.run_started"
+	EventRunCompleted              EventType = "session.run_completed"
+	EventToolConfirmationRequested EventType = "session.tool_confirmation_requested"
+	EventMessageDelta              EventType = "agent.message.delta"
+	EventMessage                   EventType = "agent.message"
+	EventToolUse                   EventType = "agent.tool_use"
+	EventToolResult                EventType = "agent.tool_result"
+	EventSupplementConsumed        EventType = "agent.supplement_consumed"
+	EventSubagentStarted           EventType = "subagent.started"
+	EventSubagentCompleted         EventType = "subagent.completed"
+)
+
+// Event is one record of a session's append-only log.
+//
+// Seq, ID, SessionID and CreatedAt are assigned by the store on append; a
+// writer fills Type, RunID and Payload.
+type Event struct {
+	// Seq is the per-session sequence number: 1, 2, 3, … without gaps.
+	Seq int64
+	// ID is globally unique ("evt_" + ULID).
+	ID string
+	// SessionID is the session the event belongs to.
+	SessionID string
+	// RunID is the run the event concerns, or "" (written as null).
+	RunID string
+	// Type names the event.
+	Type EventType
+	// Payload is the type's JSON object (see the *Payload types).
+	Payload json.RawMessage
+	// CreatedAt is when the store appended the event (UTC).
+	CreatedAt time.Time
+}
+
+type eventJSON struct {
+	Seq       int64           `json:"seq"`
+	ID        string          `json:"id"`
+	SessionID string          `json:"session_id"`
+	RunID     *string         `json:"run_id"`
+	Type      EventType       `json:"type"`
+	Payload   json.RawMessage `json:"payload"`
+	CreatedAt string          `json:"created_at"`
+}
+
+// TimeFormat is how every time is written on the wire: RFC 3339 in UTC with
+// the precision the clock has.
+const TimeFormat = time.RFC3339Nano
+
+// FormatTime writes t the way the wire wants it.
+func FormatTime(t time.Time) string { return t.UTC().Format(TimeFormat) }
+
+// MarshalJSON writes the SPEC §3 event JSON.
+func (e Event) MarshalJSON() ([]byte, error) {
+	j := eventJSON{Seq: e.Seq, ID: e.ID, SessionID: e.SessionID, Type: e.Type, Payload: e.Payload, CreatedAt: FormatTime(e.CreatedAt)}
+	if e.RunID != "" {
+		j.RunID = &e.RunID
+	}
+	if len(bytes.TrimSpace(j.Payload)) == 0 {
+		j.Payload = json.RawMessage("{}")
+	}
+	return json.Marshal(j)
+}
+
+// UnmarshalJSON reads the SPEC §3 event JSON.
+func (e *Event) UnmarshalJSON(b []byte) error {
+	var j eventJSON
+	if err := json.Unmarshal(b, &j); err != nil {
+		return err
+	}
+	t, err := time.Parse(time.RFC3339Nano, j.CreatedAt)
+	if err != nil && j.CreatedAt != "" {
+		return err
+	}
+	*e = Event{Seq: j.Seq, ID: j.ID, SessionID: j.SessionID, Type: j.Type, Payload: j.Payload, CreatedAt: t.UTC()}
+	if j.RunID != nil {
+		e.RunID = *j.RunID
+	}
+	return nil
+}
+
+// NewEvent builds an unsequenced event of type t about run runID ("" for
+// none) with payload p marshalled to JSON. Payload types in this package
+// always marshal; a payload that fails to marshal is a programming error and
+// panics.
+func NewEvent(t EventType, runID string, p any) Event {
+	b, err := json.Marshal(p)
+	if err != nil {
+		panic("rein: event payload does not marshal: " + err.Error())
+	}
+	return Event{Type: t, RunID: runID, Payload: b}
+}
+
+// DecodePayload unmarshals the event's payload into v.
+func (e Event) DecodePayload(v any) error { return json.Unmarshal(e.Payload, v) }
+
+// Payloads. Field tags follow SPEC §3: a key marked "?" in the SPEC is
+// omitempty here; every other key is always written, as null when empty.
+
+// UserMessagePayload is the payload of user.message.
+type UserMessagePayload struct {
+	Text  string `json:"text"`
+	RunID string `json:"run_id"`
+}
+
+// RunQueuedPayload is the payload of session.run_queued.
+type RunQueuedPayload struct {
+	RunID    string `json:"run_id"`
+	Position int    `json:"position"`
+}
+
+// RunStartedPayload is the payload of session.run_started.
+type RunStartedPayload struct {
+	RunID string `json:"run_id"`
+}
+
+// MessageDeltaPayload is the payload of agent.message.delta.
+type MessageDeltaPayload struct {
+	RunID string `json:"run_id"`
+	Step  int    `json:"step"`
+	Text  string `json:"text"`
+}
+
+// ToolUsePayload is the payload of agent.tool_use.
+type ToolUsePayload struct {
+	RunID     string          `json:"run_id"`
+	Step      int             `json:"step"`
+	ToolUseID string          `json:"tool_use_id"`
+	Name      string          `json:"name"`
+	Input     json.RawMessage `json:"input"`
+}
+
+// ToolConfirmationRequestedPayload is the payload of
+// session.tool_confirmation_requested.
+type ToolConfirmationRequestedPayload struct {
+	RunID     string          `json:"run_id"`
+	ToolUseID string          `json:"tool_use_id"`
+	Name      string          `json:"name"`
+	Input     json.RawMessage `json:"input"`
+}
+
+// UserToolConfirmationPayload is the payload of user.tool_confirmation.
+type UserToolConfirmationPayload struct {
+	ToolUseID   string  `json:"tool_use_id"`
+	Allow       bool    `json:"allow"`
+	DenyMessage *string `json:"deny_message"`
+}
+
+// ToolResultPayload is the payload of agent.tool_result.
+type ToolResultPayload struct {
+	RunID     string `json:"run_id"`
+	ToolUseID string `json:"tool_use_id"`
+	Output    string `json:"output"`
+	IsError   bool   `json:"is_error"`
+}
+
+// SupplementPayload is the payload of user.supplement.
+type SupplementPayload struct {
+	SupplementID string `json:"supplement_id"`
+	Text         string `json:"text"`
+	Source       string `json:"source"`
+}
+
+// SupplementConsumedPayload is the payload of agent.supplement_consumed.
+type SupplementConsumedPayload struct {
+	SupplementID string `json:"supplement_id"`
+	RunID        string `json:"run_id"`
+	Step         int    `json:"step"`
+}
+
+// MessagePayload is the payload of agent.message (a run's final reply).
+type MessagePayload struct {
+	RunID  string `json:"run_id"`
+	Text   string `json:"text"`
+	Reason Reason `json:"reason"`
+	// Usage is the run's token usage (an addition to the SPEC's keys).
+	Usage *Usage `json:"usage,omitempty"`
+}
+
+// UserInterruptPayload is the payload of user.interrupt.
+type UserInterruptPayload struct {
+	RunID    *string `json:"run_id"`
+	Mode     string  `json:"mode"`
+	Accepted bool    `json:"accepted"`
+	Message  *string `json:"message,omitempty"`
+}
+
+// SystemMessagePayload is the payload of system.message.
+type SystemMessagePayload struct {
+	Text string `json:"text"`
+}
+
+// RunCompletedPayload is the payload of session.run_completed.
+type RunCompletedPayload struct {
+	RunID  string    `json:"run_id"`
+	Status RunStatus `json:"status"`
+	Reason Reason    `json:"reason"`
+	Error  string    `json:"error,omitempty"`
+}
+
+// SubagentStartedPayload is the payload of subagent.started.
+type SubagentStartedPayload struct {
+	ChildID string `json:"child_id"`
+	TaskID  string `json:"task_id"`
+}
+
+// SubagentCompletedPayload is the payload of subagent.completed.
+type SubagentCompletedPayload struct {
+	ChildID string    `json:"child_id"`
+	TaskID  string    `json:"task_id"`
+	Status  RunStatus `json:"status"`
+	Reason  Reason    `json:"reason"`
+	Output  *string   `json:"output"`
+}

@@ -1,0 +1,113 @@
+package rein
+
+import "fmt"
+
+// ValidateTranscript checks SPEC §2 "Transcript validity": every assistant
+// tool call is answered by exactly one tool result before the next user or
+// assistant message, no tool result answers an unknown call, and a partial
+// assistant message never carries tool calls. Every provider can accept a
+// transcript that passes.
+func ValidateTranscript(msgs []Message) error {
+	open := map[string]bool{} // tool call id → answered
+	pending := 0
+	for i, m := range msgs {
+		switch m.Role {
+		case RoleAssistant:
+			if pending > 0 {
+				return fmt.Errorf("message %d: assistant message while %d tool call(s) are unanswered", i, pending)
+			}
+			if m.Partial && len(m.ToolCalls) > 0 {
+				return fmt.Errorf("message %d: partial assistant message carries tool calls", i)
+			}
+			open = map[string]bool{}
+			for _, c := range m.ToolCalls {
+				if c.ID == "" {
+					return fmt.Errorf("message %d: tool call without id", i)
+				}
+				if _, dup := open[c.ID]; dup {
+					return fmt.Errorf("message %d: duplicate tool call id %q", i, c.ID)
+				}
+				open[c.ID] = false
+			}
+			pending = len(m.ToolCalls)
+		case RoleTool:
+			answered, ok := open[m.ToolCallID]
+			if !ok {
+				return fmt.Errorf("message %d: tool result for unknown call %q", i, m.ToolCallID)
+			}
+			if answered {
+				return fmt.Errorf("message %d: second tool result for call %q", i, m.ToolCallID)
+			}
+			open[m.ToolCallID] = true
+			pending--
+		case RoleUser:
+			if pending > 0 {
+				return fmt.Errorf("message %d: user message while %d tool call(s) are unanswered", i, pending)
+			}
+		default:
+			return fmt.Errorf("message %d: unknown role %q", i, m.Role)
+		}
+	}
+	if pending > 0 {
+		return fmt.Errorf("transcript ends with %d unanswered tool call(s)", pending)
+	}
+	return nil
+}
+
+// InterruptedToolOutput is the output of the synthetic error result that
+// answers a tool call cut short by a stop.
+const InterruptedToolOutput = "tool call did not complete: the run was stopped"
+
+// RepairTranscript returns msgs made valid: a tool call left unanswered
+// (for instance by a process that died mid-step) gets a synthetic error
+// result right after the results it does have, and results for unknown calls
+// are dropped. A valid transcript is returned unchanged.
+func RepairTranscript(msgs []Message) []Message {
+	if ValidateTranscript(msgs) == nil {
+		return msgs
+	}
+	out := make([]Message, 0, len(msgs)+2)
+	var open []ToolCall
+	answered := map[string]bool{}
+	flush := func() {
+		for _, c := range open {
+			if !answered[c.ID] {
+				out = append(out, Message{Role: RoleTool, ToolCallID: c.ID, ToolName: c.Name, Text: InterruptedToolOutput, IsError: true})
+			}
+		}
+		open, answered = nil, map[string]bool{}
+	}
+	for _, m := range msgs {
+		switch m.Role {
+		case RoleTool:
+			known := false
+			for _, c := range open {
+				if c.ID == m.ToolCallID {
+					known = true
+				}
+			}
+			if !known || answered[m.ToolCallID] {
+				continue
+			}
+			answered[m.ToolCallID] = true
+			out = append(out, m)
+		default:
+			flush()
+			if m.Role == RoleAssistant && m.Partial && len(m.ToolCalls) > 0 {
+				m.ToolCalls = nil
+			}
+			out = append(out, m)
+			if m.Role == RoleAssistant {
+				seen := map[string]bool{}
+				for _, c := range m.ToolCalls {
+					if !seen[c.ID] {
+						seen[c.ID] = true
+						open = append(open, c)
+					}
+				}
+			}
+		}
+	}
+	flush()
+	return out
+}
