@@ -1,0 +1,124 @@
+package storetest
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/reinhq/rein"
+	"github.com/reinhq/rein/store"
+)
+
+// benchPayload is the size and shape of the commonest event, a streamed
+// text delta.
+var benchPayload = []byte(`{"run_id":"run_01J0000000000000000000000","step":1,"text":"The quick brown fox jumps over the lazy dog, again and again."}`)
+
+// BenchmarkAppend measures durable single-event appends from writers
+// concurrent goroutines, each appending to its own session. b.N is the
+// total number of events. It reports events/s and the 99th percentile
+// latency of one AppendEvents call (p99_ms).
+func BenchmarkAppend(b *testing.B, open Opener, writers int) {
+	benchmarkAppend(b, open, writers, false)
+}
+
+// BenchmarkAppendShared is BenchmarkAppend with every writer appending to
+// one session: the contended case a single busy session sees.
+func BenchmarkAppendShared(b *testing.B, open Opener, writers int) {
+	benchmarkAppend(b, open, writers, true)
+}
+
+func benchmarkAppend(b *testing.B, open Opener, writers int, shared bool) {
+	s := open(b, nil)
+	ctx := context.Background()
+	keys := make([]rein.SessionKey, writers)
+	for i := range keys {
+		if shared && i > 0 {
+			keys[i] = keys[0]
+			continue
+		}
+		sess := &store.Session{Owner: "bench", ID: fmt.Sprintf("ses_bench_%04d", i)}
+		if err := s.CreateSession(ctx, sess); err != nil {
+			b.Fatal(err)
+		}
+		keys[i] = sess.Key()
+	}
+	var next atomic.Int64
+	lat := make([][]time.Duration, writers)
+	var failed atomic.Value
+	b.ResetTimer()
+	start := time.Now()
+	var wg sync.WaitGroup
+	for w := range writers {
+		wg.Go(func() {
+			ev := []rein.Event{{Type: rein.EventMessageDelta, RunID: "run_bench", Payload: benchPayload}}
+			for next.Add(1) <= int64(b.N) {
+				t0 := time.Now()
+				if _, err := s.AppendEvents(ctx, keys[w], store.Fence{}, ev); err != nil {
+					failed.Store(err)
+					return
+				}
+				lat[w] = append(lat[w], time.Since(t0))
+			}
+		})
+	}
+	wg.Wait()
+	elapsed := time.Since(start)
+	b.StopTimer()
+	if err, _ := failed.Load().(error); err != nil {
+		b.Fatal(err)
+	}
+	all := slices.Concat(lat...)
+	slices.Sort(all)
+	b.ReportMetric(float64(b.N)/elapsed.Seconds(), "events/s")
+	if len(all) > 0 {
+		b.ReportMetric(float64(all[len(all)*99/100])/float64(time.Millisecond), "p99_ms")
+	}
+}
+
+// BenchmarkReplay measures reading a session's whole log of events
+// events from the start, page events at a time, the way a reconnecting
+// client catches up. One op is one full replay; it reports events/s.
+func BenchmarkReplay(b *testing.B, open Opener, events, page int) {
+	s := open(b, nil)
+	ctx := context.Background()
+	sess := &store.Session{Owner: "bench", ID: "ses_replay"}
+	if err := s.CreateSession(ctx, sess); err != nil {
+		b.Fatal(err)
+	}
+	const batch = 1000
+	evs := make([]rein.Event, 0, batch)
+	for i := 0; i < events; i += batch {
+		evs = evs[:0]
+		for range min(batch, events-i) {
+			evs = append(evs, rein.Event{Type: rein.EventMessageDelta, RunID: "run_bench", Payload: benchPayload})
+		}
+		if _, err := s.AppendEvents(ctx, sess.Key(), store.Fence{}, evs); err != nil {
+			b.Fatal(err)
+		}
+	}
+	b.ResetTimer()
+	start := time.Now()
+	for b.Loop() {
+		var after int64
+		read := 0
+		for {
+			got, last, err := s.ReadEvents(ctx, sess.Key(), after, page)
+			if err != nil {
+				b.Fatal(err)
+			}
+			read += len(got)
+			if len(got) == 0 || got[len(got)-1].Seq >= last {
+				break
+			}
+			after = got[len(got)-1].Seq
+		}
+		if read != events {
+			b.Fatalf("replay read %d events, want %d", read, events)
+		}
+	}
+	b.ReportMetric(float64(events)*float64(b.N)/time.Since(start).Seconds(), "events/s")
+}
