@@ -366,8 +366,7 @@ func (r *Run) execute() {
 	r.decided = true
 	r.st = stFinishing
 	r.mu.Unlock()
-	r.complete(res)
-	r.eng.release(r)
+	r.complete(res, true)
 }
 
 func (r *Run) call() (out Outcome) {
@@ -429,12 +428,14 @@ func (r *Run) finishUnstarted() {
 	if r.runCancel != nil {
 		r.runCancel(res.Err)
 	}
-	r.complete(res)
+	r.complete(res, false)
 }
 
-// complete records res, calls Finish, publishes the terminal state and runs
-// the terminal hooks.
-func (r *Run) complete(res Result) {
+// complete records res, calls Finish, publishes the terminal state, runs
+// the terminal hooks, lets the lane admit the next run (when r held it) and
+// finally closes Done — so an observer woken by Done already finds the lane
+// moved on.
+func (r *Run) complete(res Result, heldLane bool) {
 	if r.opts.Finish != nil {
 		r.opts.Finish(r, res)
 	}
@@ -448,10 +449,13 @@ func (r *Run) complete(res Result) {
 	if r.runCancel != nil {
 		r.runCancel(context.Canceled) // release the context's resources
 	}
-	close(r.done)
 	for _, h := range hooks {
 		h(r)
 	}
+	if heldLane {
+		r.eng.release(r)
+	}
+	close(r.done)
 }
 
 // Control is a Func's view of its run.
