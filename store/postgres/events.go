@@ -495,7 +495,9 @@ func (s *Store) LastSeq(ctx context.Context, key rein.SessionKey) (int64, error)
 // by appends in this process directly and by other processes' appends
 // through LISTEN/NOTIFY (decision 0021); it re-reads the last seq only when
 // woken, after a listener reconnect, and every Options.WaitRecheck as a
-// safety net — never in a hot loop.
+// safety net — never in a hot loop. A database outage that begins while it
+// waits does not end the wait; one at the start (the first read) is
+// reported.
 func (s *Store) WaitEvents(ctx context.Context, key rein.SessionKey, after int64) error {
 	if err := s.checkOpen(); err != nil {
 		return err
@@ -508,20 +510,24 @@ func (s *Store) WaitEvents(ctx context.Context, key rein.SessionKey, after int64
 			timer.Stop()
 		}
 	}()
-	for {
+	for first := true; ; first = false {
 		ch, heard := s.hub.state(w)
 		if heard > after {
 			return nil
 		}
 		last, err := s.LastSeq(ctx, key)
-		if err != nil {
+		switch {
+		case err == nil && last > after:
+			return nil
+		case err != nil && (first || ctx.Err() != nil || !errors.Is(err, rein.ErrUnavailable)):
 			return err
 		}
-		if last > after {
-			return nil
-		}
-		if s.testHookWaiting != nil {
-			s.testHookWaiting(key)
+		// A re-read that failed because the database is unreachable is
+		// not the end of the wait: like a reader whose connection blips,
+		// keep waiting (the caller's context bounds it) and read again
+		// when woken — at the latest when the listener reconnects.
+		if s.hooks.waiting != nil {
+			s.hooks.waiting(key)
 		}
 		if timer == nil {
 			timer = time.NewTimer(s.waitRecheck)

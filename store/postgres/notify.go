@@ -147,8 +147,8 @@ const (
 // waiter that re-reads its session's last seq cannot miss an append.
 func (s *Store) runListener(cc *pgx.ConnConfig, conn *pgx.Conn) {
 	defer close(s.listenerDone)
-	if s.testHookListening != nil {
-		s.testHookListening()
+	if s.hooks.listening != nil {
+		s.hooks.listening()
 	}
 	backoff := listenBackoffMin
 	for {
@@ -157,10 +157,10 @@ func (s *Store) runListener(cc *pgx.ConnConfig, conn *pgx.Conn) {
 		if s.life.Err() != nil {
 			return
 		}
+		// Waiters are not woken now: the database is likely unreachable
+		// and there is nothing new to read; they sleep through the outage
+		// (bounded by their contexts) and re-read once we are back.
 		s.log.Warn("rein postgres store: notification listener lost its connection; reconnecting", "err", err)
-		// Wake waiters now too: those whose database reads now fail
-		// report it rather than sleeping on a dead channel.
-		s.hub.notifyAll()
 		for {
 			timer := time.NewTimer(backoff)
 			select {
@@ -189,8 +189,8 @@ func (s *Store) runListener(cc *pgx.ConnConfig, conn *pgx.Conn) {
 		}
 		backoff = listenBackoffMin
 		s.log.Info("rein postgres store: notification listener reconnected")
-		if s.testHookListening != nil {
-			s.testHookListening()
+		if s.hooks.listening != nil {
+			s.hooks.listening()
 		}
 		s.hub.notifyAll()
 	}

@@ -70,6 +70,18 @@ type Options struct {
 	WaitRecheck time.Duration
 	// Logger receives listener disconnects and reconnects; nil discards.
 	Logger *slog.Logger
+
+	// hooks lets this package's tests observe the store's goroutines.
+	hooks testHooks
+}
+
+// testHooks are called, when set, at points tests synchronise on (instead
+// of sleeping). They are set before Open, so goroutines read them safely.
+type testHooks struct {
+	// waiting: a WaitEvents caller has read the log and is about to block.
+	waiting func(key rein.SessionKey)
+	// listening: the listener has (re)connected and issued LISTEN.
+	listening func()
 }
 
 const (
@@ -104,12 +116,7 @@ type Store struct {
 	life       context.Context
 	cancelLife context.CancelFunc
 
-	// testHookWaiting, when set (tests only), is called each time a
-	// WaitEvents caller has checked the log and is about to block.
-	testHookWaiting func(key rein.SessionKey)
-	// testHookListening, when set (tests only), is called each time the
-	// listener has (re)connected and issued LISTEN.
-	testHookListening func()
+	hooks testHooks
 }
 
 var _ store.Store = (*Store)(nil)
@@ -146,6 +153,7 @@ func Open(ctx context.Context, dsn string, opts Options) (*Store, error) {
 		timeout:      opts.Timeout,
 		waitRecheck:  opts.WaitRecheck,
 		log:          opts.Logger,
+		hooks:        opts.hooks,
 		hub:          newHub(),
 		appends:      make(chan *appendReq, 4*maxBatchItems),
 		writersDone:  make(chan struct{}),

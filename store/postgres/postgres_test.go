@@ -20,6 +20,11 @@ import (
 const dsnEnv = "REIN_TEST_POSTGRES_DSN"
 
 func TestMain(m *testing.M) {
+	// A test that needs a second OS process re-executes this binary with
+	// helperEnv set: the child runs its part and exits, never the tests.
+	if mode := os.Getenv(helperEnv); mode != "" {
+		os.Exit(runHelper(mode))
+	}
 	goleak.VerifyTestMain(m)
 }
 
