@@ -188,13 +188,15 @@ func Open(ctx context.Context, dsn string, opts Options) (*Store, error) {
 }
 
 // ensureSchema creates the schema if it is missing. It checks first so that
-// a role without CREATE on the database can still open an existing schema.
+// a role without CREATE on the database can still open an existing schema,
+// and it does both under the migration lock, because concurrent CREATE
+// SCHEMA IF NOT EXISTS statements can still collide in the catalog.
 func ensureSchema(ctx context.Context, cc *pgx.ConnConfig, schema string) error {
 	conn, err := pgx.ConnectConfig(ctx, cc)
 	if err != nil {
 		return classify(ctx, ctx, "connect", err)
 	}
-	defer conn.Close(context.WithoutCancel(ctx))
+	defer closeConn(conn)
 	var exists bool
 	if err := conn.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM pg_namespace WHERE nspname = $1)`, schema).Scan(&exists); err != nil {
 		return classify(ctx, ctx, "look up schema", err)
@@ -202,10 +204,14 @@ func ensureSchema(ctx context.Context, cc *pgx.ConnConfig, schema string) error 
 	if exists {
 		return nil
 	}
-	if _, err := conn.Exec(ctx, `CREATE SCHEMA IF NOT EXISTS `+pgx.Identifier{schema}.Sanitize()); err != nil {
-		return classify(ctx, ctx, "create schema", err)
-	}
-	return nil
+	err = pgx.BeginFunc(ctx, conn, func(tx pgx.Tx) error {
+		if _, err := tx.Exec(ctx, `SELECT pg_advisory_xact_lock($1, hashtext($2))`, migrateLockKey, schema); err != nil {
+			return err
+		}
+		_, err := tx.Exec(ctx, `CREATE SCHEMA IF NOT EXISTS `+pgx.Identifier{schema}.Sanitize())
+		return err
+	})
+	return classify(ctx, ctx, "create schema", err)
 }
 
 // Ping reports whether the database answers.
