@@ -60,7 +60,8 @@ func (e *Engine) Prepare(fn Func, opts Options) (*Run, error) {
 	return &Run{id: opts.ID, key: opts.Session, eng: e, fn: fn, opts: opts, done: make(chan struct{})}, nil
 }
 
-func (e *Engine) enqueue(r *Run) {
+// enqueue puts r in its lane and reports whether it was admitted at once.
+func (e *Engine) enqueue(r *Run) bool {
 	e.mu.Lock()
 	l := e.lanes[r.key]
 	if l == nil {
@@ -72,7 +73,7 @@ func (e *Engine) enqueue(r *Run) {
 		l.running = r
 		e.mu.Unlock()
 		e.admit(l, r)
-		return
+		return true
 	}
 	if r.opts.Front {
 		l.queue = append(l.queue, nil)
@@ -82,6 +83,7 @@ func (e *Engine) enqueue(r *Run) {
 		l.queue = append(l.queue, r)
 	}
 	e.mu.Unlock()
+	return false
 }
 
 // admit runs r, which the lane just made its head; if r was cancelled

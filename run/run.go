@@ -200,9 +200,10 @@ func (r *Run) OnTerminal(f func(*Run)) {
 // Start queues the run in its session's lane (or admits it at once if the
 // lane is free). It is allowed exactly once: a second Start returns
 // rein.ErrAlreadyStarted and never executes anything; Start after the run
-// was cancelled returns rein.ErrCancelled. It returns the status the run has
-// when Start returns: RUNNING or QUEUED (or CANCELLED if its deadline had
-// already passed).
+// was cancelled returns rein.ErrCancelled. It returns RUNNING if the run was
+// admitted at once (it may already have ended by the time Start returns),
+// QUEUED if it waits behind another run, or CANCELLED if its deadline had
+// already passed.
 func (r *Run) Start() (rein.RunStatus, error) {
 	r.mu.Lock()
 	if r.st != stCreated {
@@ -222,10 +223,13 @@ func (r *Run) Start() (rein.RunStatus, error) {
 		r.finishUnstarted()
 		return rein.StatusCancelled, nil
 	}
-	r.eng.enqueue(r)
 	// A deadline that passes while queued ends the run without executing.
+	// The callback checks the state, so registering it first is safe.
 	r.stopTimer = context.AfterFunc(r.runCtx, r.expireQueued)
-	return r.Status(), nil
+	if r.eng.enqueue(r) {
+		return rein.StatusRunning, nil
+	}
+	return rein.StatusQueued, nil
 }
 
 func (r *Run) setupContexts() {

@@ -1,0 +1,324 @@
+// Package sessions is the sessions service: the one place that turns
+// requests ("send this message", "stop that run", "here is a note") into
+// runs and events. The HTTP server, the CLI and Go programs all go through
+// it, so every way in gets the same admission rules, the same event log and
+// the same stop semantics.
+//
+// It ties the pieces together: the store (durable sessions, runs, events,
+// inbox, confirmations, leases), the run engine (lanes, handles, registry)
+// and the agent loop. Runs it starts belong to it, never to the request
+// that caused them (DESIGN.md rule 3): a client that goes away stops
+// nothing. Everything a client can see is appended to the session's log
+// first (rule 1).
+package sessions
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"log/slog"
+	"path/filepath"
+	"sort"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/reinhq/rein"
+	"github.com/reinhq/rein/agent"
+	"github.com/reinhq/rein/internal/id"
+	"github.com/reinhq/rein/run"
+	"github.com/reinhq/rein/store"
+	"github.com/reinhq/rein/tool"
+)
+
+// Config configures a Service.
+type Config struct {
+	// Store is the backend (required).
+	Store store.Store
+	// Agent runs the ReAct loop (required).
+	Agent *agent.Agent
+	// Instance names this process among instances sharing the store
+	// (default: a fresh id). It is never shown to clients.
+	Instance string
+	// LeaseTTL is the turn lease's time to live (default 15 s); a run's
+	// lease is renewed every TTL/3.
+	LeaseTTL time.Duration
+	// InterruptGrace is how long when_busy=interrupt waits for the
+	// interrupted run before cancelling it (default 3 s).
+	InterruptGrace time.Duration
+	// Workspace is the root directory for session workspaces (tools that
+	// write files); "" gives tools no workspace.
+	Workspace string
+	// Logger (nil: discard).
+	Logger *slog.Logger
+	// Clock (nil: wall clock).
+	Clock rein.Clock
+	// Observer receives measurements (nil: none).
+	Observer Observer
+	// System is the system prompt of sessions without an override.
+	System string
+}
+
+// Observer receives the service's measurements, for metrics. Methods are
+// called synchronously and must be fast and safe for concurrent use.
+type Observer interface {
+	// RunEnded counts a run reaching a terminal status.
+	RunEnded(status rein.RunStatus, reason rein.Reason)
+	// RunStarted counts a run admitted to execution.
+	RunStarted()
+	// AdmissionConflict counts a user.message rejected with session_busy.
+	AdmissionConflict()
+	// StopLatency observes the time from a cancel or interrupt request
+	// ("cancel", "interrupt") to the run's terminal status.
+	StopLatency(mode string, d time.Duration)
+	// EventsAppended observes one append of n events that took d.
+	EventsAppended(d time.Duration, n int)
+}
+
+// Service is the sessions service. Create it with New, call Start, and
+// Drain before exit.
+type Service struct {
+	cfg      Config
+	st       store.Store
+	agent    *agent.Agent
+	engine   *run.Engine
+	registry *run.Registry
+	gate     *tool.Gate
+	log      *slog.Logger
+	ctx      context.Context // parent of every run; cancelled by Close
+	stop     context.CancelFunc
+
+	draining atomic.Bool
+	wg       sync.WaitGroup // background loops
+
+	mu    sync.Mutex
+	locks map[rein.SessionKey]*sessionLock
+	live  map[string]*liveRun // run id → live run state
+}
+
+type sessionLock struct {
+	mu   sync.Mutex
+	refs int
+}
+
+// New returns a Service.
+func New(cfg Config) (*Service, error) {
+	if cfg.Store == nil {
+		return nil, errors.New("sessions: Config.Store is required")
+	}
+	if cfg.Agent == nil {
+		return nil, errors.New("sessions: Config.Agent is required")
+	}
+	if cfg.Instance == "" {
+		cfg.Instance = id.New("ins_")
+	}
+	if cfg.LeaseTTL <= 0 {
+		cfg.LeaseTTL = 15 * time.Second
+	}
+	if cfg.InterruptGrace <= 0 {
+		cfg.InterruptGrace = 3 * time.Second
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.New(slog.DiscardHandler)
+	}
+	if cfg.Observer == nil {
+		cfg.Observer = nopObserver{}
+	}
+	ctx, stop := context.WithCancel(context.Background())
+	s := &Service{
+		cfg:      cfg,
+		st:       cfg.Store,
+		agent:    cfg.Agent,
+		engine:   run.NewEngine(run.EngineOptions{Context: ctx, Clock: cfg.Clock}),
+		registry: run.NewRegistry(),
+		gate:     tool.NewGate(),
+		log:      cfg.Logger,
+		ctx:      ctx,
+		stop:     stop,
+		locks:    map[rein.SessionKey]*sessionLock{},
+		live:     map[string]*liveRun{},
+	}
+	return s, nil
+}
+
+type nopObserver struct{}
+
+func (nopObserver) RunEnded(rein.RunStatus, rein.Reason)    {}
+func (nopObserver) RunStarted()                             {}
+func (nopObserver) AdmissionConflict()                      {}
+func (nopObserver) StopLatency(string, time.Duration)       {}
+func (nopObserver) EventsAppended(time.Duration, int)       {}
+
+func (s *Service) now() time.Time { return s.cfg.Clock.Now() }
+
+// lock serialises admission decisions of one session within this process.
+func (s *Service) lock(key rein.SessionKey) func() {
+	s.mu.Lock()
+	l := s.locks[key]
+	if l == nil {
+		l = &sessionLock{}
+		s.locks[key] = l
+	}
+	l.refs++
+	s.mu.Unlock()
+	l.mu.Lock()
+	return func() {
+		l.mu.Unlock()
+		s.mu.Lock()
+		if l.refs--; l.refs == 0 {
+			delete(s.locks, key)
+		}
+		s.mu.Unlock()
+	}
+}
+
+func (s *Service) unavailableIfDraining() error {
+	if s.draining.Load() {
+		return rein.Errorf(rein.CodeUnavailable, "the server is shutting down")
+	}
+	return nil
+}
+
+// ------------------------------------------------------------- sessions
+
+// CreateSessionRequest creates a session.
+type CreateSessionRequest struct {
+	// Metadata is a JSON object (nil: {}).
+	Metadata json.RawMessage
+	// System is the session's system-prompt override (nil: none).
+	System *string
+}
+
+// CreateSession creates a root session for owner.
+func (s *Service) CreateSession(ctx context.Context, owner string, req CreateSessionRequest) (*store.Session, error) {
+	if err := s.unavailableIfDraining(); err != nil {
+		return nil, err
+	}
+	md := req.Metadata
+	if len(md) == 0 {
+		md = json.RawMessage("{}")
+	}
+	sess := &store.Session{Owner: owner, ID: id.New(id.Session), Metadata: md, System: req.System, CreatedAt: s.now()}
+	if err := s.st.CreateSession(ctx, sess); err != nil {
+		return nil, err
+	}
+	return s.st.GetSession(ctx, sess.Key())
+}
+
+// SessionInfo is a session with its live state.
+type SessionInfo struct {
+	*store.Session
+	// Busy is true while a run of the session is running or queued.
+	Busy         bool
+	CurrentRunID string
+	QueuedRunIDs []string
+	LastSeq      int64
+}
+
+// GetSession returns a session and its state.
+func (s *Service) GetSession(ctx context.Context, key rein.SessionKey) (*SessionInfo, error) {
+	sess, err := s.st.GetSession(ctx, key)
+	if err != nil {
+		return nil, err
+	}
+	info := &SessionInfo{Session: sess, QueuedRunIDs: []string{}}
+	runs, err := s.st.ListRuns(ctx, key)
+	if err != nil {
+		return nil, err
+	}
+	var queued []*store.RunRecord
+	for _, r := range runs {
+		switch r.Status {
+		case rein.StatusRunning:
+			info.CurrentRunID = r.ID
+		case rein.StatusQueued:
+			queued = append(queued, r)
+		}
+	}
+	sortQueue(queued)
+	for _, r := range queued {
+		info.QueuedRunIDs = append(info.QueuedRunIDs, r.ID)
+	}
+	info.Busy = info.CurrentRunID != "" || len(queued) > 0
+	if info.LastSeq, err = s.st.LastSeq(ctx, key); err != nil {
+		return nil, err
+	}
+	return info, nil
+}
+
+func sortQueue(q []*store.RunRecord) {
+	sort.SliceStable(q, func(i, j int) bool {
+		if q[i].QueueOrder != q[j].QueueOrder {
+			return q[i].QueueOrder < q[j].QueueOrder
+		}
+		return q[i].CreatedAt.Before(q[j].CreatedAt)
+	})
+}
+
+// ListSessions returns the owner's sessions, newest first.
+func (s *Service) ListSessions(ctx context.Context, owner string) ([]*store.Session, error) {
+	return s.st.ListSessions(ctx, owner)
+}
+
+// ListRuns returns the session's runs, newest first.
+func (s *Service) ListRuns(ctx context.Context, key rein.SessionKey) ([]*store.RunRecord, error) {
+	if _, err := s.st.GetSession(ctx, key); err != nil {
+		return nil, err
+	}
+	return s.st.ListRuns(ctx, key)
+}
+
+// GetRun returns one run of the session.
+func (s *Service) GetRun(ctx context.Context, key rein.SessionKey, runID string) (*store.RunRecord, error) {
+	if _, err := s.st.GetSession(ctx, key); err != nil {
+		return nil, err
+	}
+	return s.st.GetRun(ctx, key, runID)
+}
+
+// ReadEvents returns up to limit events after the cursor and the session's
+// last seq.
+func (s *Service) ReadEvents(ctx context.Context, key rein.SessionKey, after int64, limit int) ([]rein.Event, int64, error) {
+	return s.st.ReadEvents(ctx, key, after, limit)
+}
+
+// WaitEvents blocks until the session has an event after the cursor.
+func (s *Service) WaitEvents(ctx context.Context, key rein.SessionKey, after int64) error {
+	return s.st.WaitEvents(ctx, key, after)
+}
+
+// Ready reports whether the service accepts work: the store answers and it
+// is not draining.
+func (s *Service) Ready(ctx context.Context) error {
+	if err := s.unavailableIfDraining(); err != nil {
+		return err
+	}
+	if err := s.st.Ping(ctx); err != nil {
+		return rein.Errorf(rein.CodeUnavailable, "store unreachable: %w", err)
+	}
+	return nil
+}
+
+// Draining reports whether Drain has begun.
+func (s *Service) Draining() bool { return s.draining.Load() }
+
+// workspace returns the session's workspace directory ("" for none).
+func (s *Service) workspace(key rein.SessionKey) string {
+	if s.cfg.Workspace == "" {
+		return ""
+	}
+	return filepath.Join(s.cfg.Workspace, safeName(key.Owner), safeName(key.ID))
+}
+
+func safeName(s string) string {
+	b := []byte(s)
+	for i, c := range b {
+		if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '-' || c == '_' || c == '.') {
+			b[i] = '_'
+		}
+	}
+	if len(b) == 0 || string(b) == "." || string(b) == ".." {
+		return "_" + string(b)
+	}
+	return string(b)
+}

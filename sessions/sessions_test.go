@@ -1,0 +1,704 @@
+package sessions_test
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"go.uber.org/goleak"
+
+	"github.com/reinhq/rein"
+	"github.com/reinhq/rein/agent"
+	"github.com/reinhq/rein/model/scripted"
+	"github.com/reinhq/rein/sessions"
+	"github.com/reinhq/rein/store"
+	"github.com/reinhq/rein/store/memory"
+	"github.com/reinhq/rein/tool"
+	"github.com/reinhq/rein/tool/builtin"
+)
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+
+// script answers "block…" by sleeping an hour (a run that holds the turn
+// until stopped), "note…" with a confirmed write_note, and echoes anything
+// else with the system prompt and hints.
+const script = `
+rules:
+  - match: "^block"
+    steps:
+      - text: "blocking"
+        tool_calls:
+          - name: sleep
+            input: {seconds: 3600}
+      - text: "unblocked"
+  - match: "^note"
+    steps:
+      - text: "noting"
+        tool_calls:
+          - name: write_note
+            input: {text: "{{.Input}}"}
+      - text: "note: {{.ToolResult}}"
+  - match: "^stream"
+    steps:
+      - text: "one two three four"
+        chunks: 4
+  - match: ".*"
+    steps:
+      - text: "echo {{.Input}} sys=[{{.System}}] hints=[{{.Hints}}]"
+`
+
+type fixture struct {
+	t   *testing.T
+	st  store.Store
+	svc *sessions.Service
+	key rein.SessionKey
+}
+
+func newFixture(t *testing.T, st store.Store, mod ...func(*sessions.Config)) *fixture {
+	t.Helper()
+	m, err := scripted.Parse("test.yaml", []byte(script))
+	if err != nil {
+		t.Fatal(err)
+	}
+	reg, err := tool.NewRegistry(tool.RegistryOptions{}, builtin.All()...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ag, err := agent.New(agent.Config{Model: m, Tools: reg})
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg := sessions.Config{Store: st, Agent: ag, Workspace: t.TempDir(), LeaseTTL: 300 * time.Millisecond}
+	for _, f := range mod {
+		f(&cfg)
+	}
+	svc, err := sessions.New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := svc.Start(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { svc.Close() })
+	f := &fixture{t: t, st: st, svc: svc}
+	return f
+}
+
+func (f *fixture) newSession() rein.SessionKey {
+	f.t.Helper()
+	s, err := f.svc.CreateSession(context.Background(), "alice", sessions.CreateSessionRequest{})
+	if err != nil {
+		f.t.Fatal(err)
+	}
+	f.key = s.Key()
+	return f.key
+}
+
+func (f *fixture) send(text, whenBusy string) sessions.MessageResult {
+	f.t.Helper()
+	res, err := f.svc.SendMessage(context.Background(), f.key, sessions.MessageRequest{Text: text, WhenBusy: whenBusy})
+	if err != nil {
+		f.t.Fatalf("send %q: %v", text, err)
+	}
+	return res
+}
+
+// waitEvent waits (on the log, not on time) for an event matching pred
+// and returns it.
+func (f *fixture) waitEvent(pred func(rein.Event) bool) rein.Event {
+	f.t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	after := int64(0)
+	for {
+		evs, _, err := f.svc.ReadEvents(ctx, f.key, after, 1000)
+		if err != nil {
+			f.t.Fatal(err)
+		}
+		for _, e := range evs {
+			if pred(e) {
+				return e
+			}
+			after = e.Seq
+		}
+		if err := f.svc.WaitEvents(ctx, f.key, after); err != nil {
+			f.t.Fatalf("waiting for an event: %v", err)
+		}
+	}
+}
+
+func (f *fixture) completed(runID string) rein.RunCompletedPayload {
+	f.t.Helper()
+	e := f.waitEvent(func(e rein.Event) bool { return e.Type == rein.EventRunCompleted && e.RunID == runID })
+	var p rein.RunCompletedPayload
+	if err := e.DecodePayload(&p); err != nil {
+		f.t.Fatal(err)
+	}
+	return p
+}
+
+func (f *fixture) started(runID string) {
+	f.t.Helper()
+	f.waitEvent(func(e rein.Event) bool { return e.Type == rein.EventRunStarted && e.RunID == runID })
+}
+
+// blocking waits until a "block" run is inside its hour-long tool call.
+func (f *fixture) blocking(runID string) {
+	f.t.Helper()
+	f.waitEvent(func(e rein.Event) bool { return e.Type == rein.EventToolUse && e.RunID == runID })
+}
+
+func (f *fixture) all() []rein.Event {
+	f.t.Helper()
+	evs, _, err := f.svc.ReadEvents(context.Background(), f.key, 0, 1000)
+	if err != nil {
+		f.t.Fatal(err)
+	}
+	return evs
+}
+
+func (f *fixture) runEvents(runID string) []rein.EventType {
+	var out []rein.EventType
+	for _, e := range f.all() {
+		if e.RunID == runID {
+			out = append(out, e.Type)
+		}
+	}
+	return out
+}
+
+func (f *fixture) stop(runID *string, mode string) sessions.InterruptResult {
+	f.t.Helper()
+	res, err := f.svc.Interrupt(context.Background(), f.key, sessions.InterruptRequest{RunID: runID, Mode: mode})
+	if err != nil {
+		f.t.Fatal(err)
+	}
+	return res
+}
+
+func ptr(s string) *string { return &s }
+
+func TestMessageRunLifecycle(t *testing.T) {
+	f := newFixture(t, memory.New())
+	f.newSession()
+	res := f.send("stream it", "")
+	if res.Status != rein.StatusRunning || !strings.HasPrefix(res.RunID, "run_") {
+		t.Fatalf("%+v", res)
+	}
+	p := f.completed(res.RunID)
+	if p.Status != rein.StatusCompleted || p.Reason != rein.ReasonStop {
+		t.Fatalf("%+v", p)
+	}
+	evs := f.all()
+	for i, e := range evs {
+		if e.Seq != int64(i+1) {
+			t.Fatalf("seq %d at %d", e.Seq, i)
+		}
+	}
+	types := f.runEvents(res.RunID)
+	if types[0] != rein.EventUserMessage || types[1] != rein.EventRunStarted || types[len(types)-1] != rein.EventRunCompleted || types[len(types)-2] != rein.EventMessage {
+		t.Fatalf("event order %v", types)
+	}
+	var text string
+	for _, e := range evs {
+		if e.Type == rein.EventMessageDelta {
+			var d rein.MessageDeltaPayload
+			_ = e.DecodePayload(&d)
+			text += d.Text
+		}
+	}
+	if text != "one two three four" {
+		t.Fatalf("deltas %q", text)
+	}
+	rec, err := f.svc.GetRun(context.Background(), f.key, res.RunID)
+	if err != nil || rec.Status != rein.StatusCompleted || rec.StartedAt.IsZero() || rec.EndedAt.IsZero() || rec.Usage.OutputTokens == 0 {
+		t.Fatalf("%+v %v", rec, err)
+	}
+	info, err := f.svc.GetSession(context.Background(), f.key)
+	if err != nil || info.Busy || info.LastSeq != int64(len(evs)) {
+		t.Fatalf("%+v %v", info, err)
+	}
+}
+
+func TestBusyRejectEnqueueAndCancelQueued(t *testing.T) {
+	f := newFixture(t, memory.New())
+	f.newSession()
+	a := f.send("block A", "")
+	f.blocking(a.RunID)
+	_, err := f.svc.SendMessage(context.Background(), f.key, sessions.MessageRequest{Text: "hi"})
+	var re *rein.Error
+	if !errors.As(err, &re) || re.Code != rein.CodeSessionBusy || re.RunID != a.RunID {
+		t.Fatalf("reject: %v", err)
+	}
+	b := f.send("B", "enqueue")
+	c := f.send("C", "enqueue")
+	if b.Status != rein.StatusQueued || c.Status != rein.StatusQueued {
+		t.Fatalf("%+v %+v", b, c)
+	}
+	q := f.waitEvent(func(e rein.Event) bool { return e.Type == rein.EventRunQueued && e.RunID == c.RunID })
+	var qp rein.RunQueuedPayload
+	_ = q.DecodePayload(&qp)
+	if qp.Position != 2 {
+		t.Fatalf("C position %d", qp.Position)
+	}
+	info, _ := f.svc.GetSession(context.Background(), f.key)
+	if info.CurrentRunID != a.RunID || len(info.QueuedRunIDs) != 2 || info.QueuedRunIDs[0] != b.RunID {
+		t.Fatalf("%+v", info)
+	}
+
+	if r := f.stop(ptr(b.RunID), ""); !r.Accepted || r.RunID != b.RunID {
+		t.Fatalf("stop B %+v", r)
+	}
+	if r := f.stop(ptr(b.RunID), ""); r.Accepted {
+		t.Fatal("second stop of B accepted")
+	}
+	if p := f.completed(b.RunID); p.Status != rein.StatusCancelled || p.Reason != rein.ReasonCancelled {
+		t.Fatalf("B %+v", p)
+	}
+	if got := f.runEvents(b.RunID); contains(got, rein.EventRunStarted) {
+		t.Fatalf("B started: %v", got)
+	}
+	if rec, _ := f.svc.GetRun(context.Background(), f.key, a.RunID); rec.Status != rein.StatusRunning {
+		t.Fatal("A disturbed")
+	}
+	if rec, _ := f.svc.GetRun(context.Background(), f.key, c.RunID); rec.Status != rein.StatusQueued {
+		t.Fatal("C jumped the queue")
+	}
+	f.stop(ptr(a.RunID), "")
+	f.completed(a.RunID)
+	if p := f.completed(c.RunID); p.Reason != rein.ReasonStop {
+		t.Fatalf("C %+v", p)
+	}
+	// C started only after A completed.
+	var aEnd, cStart int64
+	for _, e := range f.all() {
+		if e.Type == rein.EventRunCompleted && e.RunID == a.RunID {
+			aEnd = e.Seq
+		}
+		if e.Type == rein.EventRunStarted && e.RunID == c.RunID {
+			cStart = e.Seq
+		}
+	}
+	if cStart < aEnd {
+		t.Fatalf("C started at %d before A ended at %d", cStart, aEnd)
+	}
+}
+
+func contains(ts []rein.EventType, t rein.EventType) bool {
+	for _, x := range ts {
+		if x == t {
+			return true
+		}
+	}
+	return false
+}
+
+func TestStaleStopIgnored(t *testing.T) {
+	f := newFixture(t, memory.New())
+	f.newSession()
+	a := f.send("first", "")
+	f.completed(a.RunID)
+	b := f.send("block B", "")
+	f.blocking(b.RunID)
+	if r := f.stop(ptr(a.RunID), ""); r.Accepted {
+		t.Fatal("stale stop accepted")
+	}
+	if r := f.stop(ptr("run_unknown"), "interrupt"); r.Accepted {
+		t.Fatal("unknown stop accepted")
+	}
+	if rec, _ := f.svc.GetRun(context.Background(), f.key, b.RunID); rec.Status != rein.StatusRunning {
+		t.Fatal("B disturbed by a stale stop")
+	}
+	// The user.interrupt events record the requests.
+	var n int
+	for _, e := range f.all() {
+		if e.Type == rein.EventUserInterrupt {
+			var p rein.UserInterruptPayload
+			_ = e.DecodePayload(&p)
+			if p.Accepted || p.Mode == "" || p.RunID == nil {
+				t.Fatalf("%+v", p)
+			}
+			n++
+		}
+	}
+	if n != 2 {
+		t.Fatalf("%d user.interrupt events", n)
+	}
+	f.stop(nil, "cancel")
+	f.completed(b.RunID)
+}
+
+func TestSessionLevelInterrupt(t *testing.T) {
+	f := newFixture(t, memory.New())
+	f.newSession()
+	a := f.send("block A", "")
+	f.blocking(a.RunID)
+	b := f.send("B", "enqueue")
+	r := f.stop(nil, "interrupt")
+	if !r.Accepted || r.RunID != a.RunID {
+		t.Fatalf("%+v", r)
+	}
+	p := f.completed(a.RunID)
+	if p.Status != rein.StatusCompleted || p.Reason != rein.ReasonInterrupted {
+		t.Fatalf("A %+v", p)
+	}
+	if p := f.completed(b.RunID); p.Reason != rein.ReasonStop {
+		t.Fatalf("queued B was touched: %+v", p)
+	}
+	// The interrupted run's cut-short tool call has an error result before
+	// its run_completed.
+	types := f.runEvents(a.RunID)
+	if types[len(types)-1] != rein.EventRunCompleted || !contains(types, rein.EventToolResult) || !contains(types, rein.EventMessage) {
+		t.Fatalf("%v", types)
+	}
+	// Session-level stop when idle: not accepted, run_id null.
+	if r := f.stop(nil, ""); r.Accepted || r.RunID != "" {
+		t.Fatalf("%+v", r)
+	}
+}
+
+func TestWhenBusyInterrupt(t *testing.T) {
+	f := newFixture(t, memory.New())
+	f.newSession()
+	a := f.send("block A", "")
+	f.blocking(a.RunID)
+	b := f.send("B", "enqueue")
+	x := f.send("X", "interrupt")
+	if x.Status != rein.StatusQueued {
+		t.Fatalf("%+v", x)
+	}
+	if p := f.completed(a.RunID); p.Reason != rein.ReasonInterrupted {
+		t.Fatalf("A %+v", p)
+	}
+	f.completed(x.RunID)
+	f.completed(b.RunID)
+	var order []string
+	for _, e := range f.all() {
+		if e.Type == rein.EventRunStarted {
+			order = append(order, e.RunID)
+		}
+	}
+	if len(order) != 3 || order[1] != x.RunID || order[2] != b.RunID {
+		t.Fatalf("start order %v (want A, X, B)", order)
+	}
+}
+
+func TestClientIDRepeat(t *testing.T) {
+	f := newFixture(t, memory.New())
+	f.newSession()
+	req := sessions.MessageRequest{Text: "block once", ClientID: "c-1"}
+	first, err := f.svc.SendMessage(context.Background(), f.key, req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	f.blocking(first.RunID)
+	again, err := f.svc.SendMessage(context.Background(), f.key, req)
+	if err != nil || !again.Repeat || again.RunID != first.RunID || again.Status != rein.StatusRunning {
+		t.Fatalf("%+v %v", again, err)
+	}
+	f.stop(nil, "")
+	f.completed(first.RunID)
+	again, _ = f.svc.SendMessage(context.Background(), f.key, req)
+	if again.RunID != first.RunID || again.Status != rein.StatusCancelled {
+		t.Fatalf("%+v", again)
+	}
+	runs, _ := f.svc.ListRuns(context.Background(), f.key)
+	if len(runs) != 1 {
+		t.Fatalf("%d runs", len(runs))
+	}
+}
+
+func TestSupplementsAndSystem(t *testing.T) {
+	f := newFixture(t, memory.New())
+	f.newSession()
+	ctx := context.Background()
+	s1, err := f.svc.Supplement(ctx, f.key, sessions.SupplementRequest{Text: "be brief", ID: "n1"})
+	if err != nil || s1.ID != "n1" || s1.Status != store.SupplementQueued || !s1.Created {
+		t.Fatalf("%+v %v", s1, err)
+	}
+	again, _ := f.svc.Supplement(ctx, f.key, sessions.SupplementRequest{Text: "be brief", ID: "n1"})
+	if again.Created || again.Status != store.SupplementQueued {
+		t.Fatalf("%+v", again)
+	}
+	if err := f.svc.SetSystem(ctx, f.key, "You are terse."); err != nil {
+		t.Fatal(err)
+	}
+	r := f.send("hello", "")
+	f.completed(r.RunID)
+	e := f.waitEvent(func(e rein.Event) bool { return e.Type == rein.EventMessage })
+	var m rein.MessagePayload
+	_ = e.DecodePayload(&m)
+	if m.Text != "echo hello sys=[You are terse.] hints=[be brief]" {
+		t.Fatalf("%q", m.Text)
+	}
+	again, _ = f.svc.Supplement(ctx, f.key, sessions.SupplementRequest{Text: "be brief", ID: "n1"})
+	if again.Status != store.SupplementConsumed {
+		t.Fatalf("%+v", again)
+	}
+	n := 0
+	for _, e := range f.all() {
+		if e.Type == rein.EventUserSupplement {
+			n++
+		}
+	}
+	if n != 1 {
+		t.Fatalf("%d user.supplement events for one idempotent supplement", n)
+	}
+}
+
+func TestToolConfirmationOverService(t *testing.T) {
+	f := newFixture(t, memory.New())
+	f.newSession()
+	ctx := context.Background()
+	r := f.send("note milk", "")
+	e := f.waitEvent(func(e rein.Event) bool { return e.Type == rein.EventToolConfirmationRequested })
+	var p rein.ToolConfirmationRequestedPayload
+	_ = e.DecodePayload(&p)
+	if e.RunID != r.RunID || p.Name != "write_note" {
+		t.Fatalf("%+v", p)
+	}
+	if _, err := f.svc.ConfirmTool(ctx, f.key, sessions.ConfirmRequest{ToolUseID: "nope", Allow: true}); !errors.Is(err, rein.ErrNotFound) {
+		t.Fatalf("unknown id: %v", err)
+	}
+	if _, err := f.svc.ConfirmTool(ctx, f.key, sessions.ConfirmRequest{ToolUseID: p.ToolUseID, Allow: false, DenyMessage: ptr("not now")}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := f.svc.ConfirmTool(ctx, f.key, sessions.ConfirmRequest{ToolUseID: p.ToolUseID, Allow: true}); !errors.Is(err, rein.ErrConflict) {
+		t.Fatalf("second answer: %v", err)
+	}
+	if c := f.completed(r.RunID); c.Reason != rein.ReasonStop {
+		t.Fatalf("%+v", c)
+	}
+	e = f.waitEvent(func(e rein.Event) bool { return e.Type == rein.EventMessage })
+	var m rein.MessagePayload
+	_ = e.DecodePayload(&m)
+	if !strings.Contains(m.Text, "not now") {
+		t.Fatalf("%q", m.Text)
+	}
+	// A confirmation whose run ended is no longer pending.
+	r2 := f.send("note eggs", "")
+	e = f.waitEvent(func(e rein.Event) bool { return e.Type == rein.EventToolConfirmationRequested && e.RunID == r2.RunID })
+	_ = e.DecodePayload(&p)
+	f.stop(ptr(r2.RunID), "")
+	f.completed(r2.RunID)
+	if _, err := f.svc.ConfirmTool(ctx, f.key, sessions.ConfirmRequest{ToolUseID: p.ToolUseID, Allow: true}); !errors.Is(err, rein.ErrConflict) {
+		t.Fatalf("answer after run ended: %v", err)
+	}
+}
+
+func TestTimeoutCountsQueueTime(t *testing.T) {
+	f := newFixture(t, memory.New())
+	f.newSession()
+	a := f.send("block A", "")
+	f.blocking(a.RunID)
+	b, err := f.svc.SendMessage(context.Background(), f.key, sessions.MessageRequest{Text: "B", WhenBusy: "enqueue", Timeout: 50 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := f.completed(b.RunID)
+	if p.Status != rein.StatusCancelled || p.Reason != rein.ReasonTimeout {
+		t.Fatalf("%+v", p)
+	}
+	f.stop(nil, "")
+}
+
+func TestRestartResumesQueuedAndReapsOrphans(t *testing.T) {
+	st := memory.New()
+	k := &killable{Store: st}
+	f := newFixture(t, k, func(c *sessions.Config) { c.Instance = "first" })
+	f.newSession()
+	a := f.send("block A", "")
+	f.blocking(a.RunID)
+	b := f.send("B", "enqueue")
+	c := f.send("C", "enqueue")
+	// The first instance "dies": from now on none of its writes reach the
+	// store, as if the process had been killed. Its run A stays RUNNING
+	// with an unrenewed lease; B and C stay QUEUED.
+	k.kill()
+	f.svc.Close()
+	if rec, _ := st.GetRun(context.Background(), f.key, a.RunID); rec.Status != rein.StatusRunning {
+		t.Fatalf("A after crash: %s", rec.Status)
+	}
+
+	g := newFixture(t, st, func(c *sessions.Config) { c.Instance = "second" })
+	g.key = f.key
+	pa := g.completed(a.RunID)
+	if pa.Status != rein.StatusFailed || pa.Reason != rein.ReasonError || pa.Error == "" {
+		t.Fatalf("orphan %+v", pa)
+	}
+	if p := g.completed(b.RunID); p.Reason != rein.ReasonStop {
+		t.Fatalf("B %+v", p)
+	}
+	if p := g.completed(c.RunID); p.Reason != rein.ReasonStop {
+		t.Fatalf("C %+v", p)
+	}
+	// A ended before B started, B before C; A's cut-short tool call has
+	// its error result.
+	var seq []string
+	for _, e := range g.all() {
+		switch e.Type {
+		case rein.EventRunStarted:
+			seq = append(seq, "start "+e.RunID)
+		case rein.EventRunCompleted:
+			seq = append(seq, "end "+e.RunID)
+		}
+	}
+	want := []string{"start " + a.RunID, "end " + a.RunID, "start " + b.RunID, "end " + b.RunID, "start " + c.RunID, "end " + c.RunID}
+	if strings.Join(seq, ",") != strings.Join(want, ",") {
+		t.Fatalf("got  %v\nwant %v", seq, want)
+	}
+	if types := g.runEvents(a.RunID); !contains(types, rein.EventToolResult) {
+		t.Fatalf("orphan's tool call unanswered: %v", types)
+	}
+	// The transcript is valid and the session usable.
+	h, _ := st.LoadHistory(context.Background(), f.key)
+	if err := rein.ValidateTranscript(rein.RepairTranscript(h)); err != nil {
+		t.Fatal(err)
+	}
+	r := g.send("after", "")
+	if p := g.completed(r.RunID); p.Reason != rein.ReasonStop {
+		t.Fatal(p)
+	}
+}
+
+func TestOrphanWithoutQueuedRunsIsReaped(t *testing.T) {
+	st := memory.New()
+	k := &killable{Store: st}
+	f := newFixture(t, k)
+	f.newSession()
+	a := f.send("block A", "")
+	f.blocking(a.RunID)
+	k.kill()
+	f.svc.Close()
+	g := newFixture(t, st)
+	g.key = f.key
+	if p := g.completed(a.RunID); p.Status != rein.StatusFailed {
+		t.Fatalf("%+v", p)
+	}
+	info, err := g.svc.GetSession(context.Background(), g.key)
+	if err != nil || info.Busy {
+		t.Fatalf("%+v %v", info, err)
+	}
+}
+
+func TestDrainKeepsQueuedRuns(t *testing.T) {
+	st := memory.New()
+	f := newFixture(t, st)
+	f.newSession()
+	a := f.send("block A", "")
+	f.blocking(a.RunID)
+	b := f.send("B", "enqueue")
+	if err := f.svc.Drain(context.Background(), 5*time.Second); err != nil {
+		t.Fatal(err)
+	}
+	if p := f.completed(a.RunID); p.Status != rein.StatusCompleted || p.Reason != rein.ReasonInterrupted {
+		t.Fatalf("A %+v", p)
+	}
+	rec, _ := st.GetRun(context.Background(), f.key, b.RunID)
+	if rec.Status != rein.StatusQueued {
+		t.Fatalf("B %s", rec.Status)
+	}
+	if _, err := f.svc.SendMessage(context.Background(), f.key, sessions.MessageRequest{Text: "x"}); !errors.Is(err, rein.ErrUnavailable) {
+		t.Fatalf("admitted while draining: %v", err)
+	}
+	if err := f.svc.Ready(context.Background()); !errors.Is(err, rein.ErrUnavailable) {
+		t.Fatalf("ready while draining: %v", err)
+	}
+	// The next instance runs B.
+	g := newFixture(t, st)
+	g.key = f.key
+	if p := g.completed(b.RunID); p.Reason != rein.ReasonStop {
+		t.Fatalf("B %+v", p)
+	}
+}
+
+func TestOwnerIsolation(t *testing.T) {
+	f := newFixture(t, memory.New())
+	f.newSession()
+	a := f.send("block A", "")
+	f.blocking(a.RunID)
+	ctx := context.Background()
+	other := rein.SessionKey{Owner: "mallory", ID: f.key.ID}
+	checks := map[string]error{}
+	_, checks["get"] = f.svc.GetSession(ctx, other)
+	_, checks["runs"] = f.svc.ListRuns(ctx, other)
+	_, checks["run"] = f.svc.GetRun(ctx, other, a.RunID)
+	_, checks["send"] = f.svc.SendMessage(ctx, other, sessions.MessageRequest{Text: "x"})
+	_, checks["stop"] = f.svc.Interrupt(ctx, other, sessions.InterruptRequest{RunID: &a.RunID})
+	_, checks["supplement"] = f.svc.Supplement(ctx, other, sessions.SupplementRequest{Text: "x"})
+	_, checks["confirm"] = f.svc.ConfirmTool(ctx, other, sessions.ConfirmRequest{ToolUseID: "x"})
+	checks["system"] = f.svc.SetSystem(ctx, other, "x")
+	_, _, checks["events"] = f.svc.ReadEvents(ctx, other, 0, 10)
+	for name, err := range checks {
+		if !errors.Is(err, rein.ErrNotFound) {
+			t.Errorf("%s: %v", name, err)
+		}
+	}
+	if rec, _ := f.svc.GetRun(ctx, f.key, a.RunID); rec.Status != rein.StatusRunning {
+		t.Fatal("run disturbed")
+	}
+	f.stop(nil, "")
+}
+
+// killable is a store whose writes can be cut off, to model a process that
+// died: after kill, every write fails and nothing reaches the store.
+type killable struct {
+	store.Store
+	dead atomic.Bool
+}
+
+func (k *killable) kill() { k.dead.Store(true) }
+
+var errDead = rein.Errorf(rein.CodeUnavailable, "process is dead")
+
+func (k *killable) AppendEvents(ctx context.Context, key rein.SessionKey, f store.Fence, evs []rein.Event) ([]rein.Event, error) {
+	if k.dead.Load() {
+		return nil, errDead
+	}
+	return k.Store.AppendEvents(ctx, key, f, evs)
+}
+
+func (k *killable) AppendHistory(ctx context.Context, key rein.SessionKey, f store.Fence, msgs []rein.Message) error {
+	if k.dead.Load() {
+		return errDead
+	}
+	return k.Store.AppendHistory(ctx, key, f, msgs)
+}
+
+func (k *killable) UpdateRun(ctx context.Context, key rein.SessionKey, f store.Fence, id string, u store.RunUpdate) (*store.RunRecord, error) {
+	if k.dead.Load() {
+		return nil, errDead
+	}
+	return k.Store.UpdateRun(ctx, key, f, id, u)
+}
+
+func (k *killable) RenewLease(ctx context.Context, l *store.Lease, ttl time.Duration) (*store.Lease, error) {
+	if k.dead.Load() {
+		return nil, errDead
+	}
+	return k.Store.RenewLease(ctx, l, ttl)
+}
+
+func (k *killable) ReleaseLease(ctx context.Context, l *store.Lease) error {
+	if k.dead.Load() {
+		return errDead
+	}
+	return k.Store.ReleaseLease(ctx, l)
+}
+
+func (k *killable) AcquireLease(ctx context.Context, key rein.SessionKey, holder, runID string, ttl time.Duration) (*store.Lease, error) {
+	if k.dead.Load() {
+		return nil, errDead
+	}
+	return k.Store.AcquireLease(ctx, key, holder, runID, ttl)
+}
+
+func (k *killable) CloseConfirmations(ctx context.Context, key rein.SessionKey, runID string) error {
+	if k.dead.Load() {
+		return errDead
+	}
+	return k.Store.CloseConfirmations(ctx, key, runID)
+}

@@ -1,0 +1,30 @@
+package sessions
+
+import "github.com/reinhq/rein"
+
+// Stats is a snapshot of the runs this instance holds live, for gauges
+// (queue depth, runs by status). Runs held by other instances sharing the
+// store are not counted: each instance reports its own, and a dashboard
+// sums them.
+type Stats struct {
+	// Running counts runs executing now.
+	Running int
+	// Queued counts runs waiting for their session's lane (prepared or
+	// queued, not yet running).
+	Queued int
+}
+
+// Stats returns the current counts. It is cheap (one pass over the live
+// registry) and safe to call from a metrics scrape.
+func (s *Service) Stats() Stats {
+	var st Stats
+	for _, h := range s.registry.Runs() {
+		switch h.Status() {
+		case rein.StatusRunning:
+			st.Running++
+		case rein.StatusQueued, rein.StatusCreated:
+			st.Queued++
+		}
+	}
+	return st
+}
