@@ -143,11 +143,11 @@ func New(cfg Config) (*Service, error) {
 
 type nopObserver struct{}
 
-func (nopObserver) RunEnded(rein.RunStatus, rein.Reason)    {}
-func (nopObserver) RunStarted()                             {}
-func (nopObserver) AdmissionConflict()                      {}
-func (nopObserver) StopLatency(string, time.Duration)       {}
-func (nopObserver) EventsAppended(time.Duration, int)       {}
+func (nopObserver) RunEnded(rein.RunStatus, rein.Reason) {}
+func (nopObserver) RunStarted()                          {}
+func (nopObserver) AdmissionConflict()                   {}
+func (nopObserver) StopLatency(string, time.Duration)    {}
+func (nopObserver) EventsAppended(time.Duration, int)    {}
 
 func (s *Service) now() time.Time { return s.cfg.Clock.Now() }
 
