@@ -31,9 +31,11 @@ type Error struct {
 	// Status is the HTTP status the provider answered with; 0 when the
 	// failure was not an HTTP status (connection failure, broken stream).
 	Status int
-	// Retryable reports whether the same request could succeed later
-	// (rate limit, server error, connection failure before a response). A
-	// provider has already spent its own retries when it returns one.
+	// Retryable reports a transient failure before the stream started
+	// (rate limit, server error, no connection): the same request may
+	// succeed later. A provider has already spent its own retries when it
+	// returns one. A failure after the stream started is never marked
+	// retryable, since part of the reply may already have been shown.
 	Retryable bool
 	// Streaming marks a failure after the stream had started: output may
 	// have been delivered and nothing was retried.

@@ -2,6 +2,8 @@ package openai
 
 import (
 	"context"
+	"encoding/json"
+	"errors"
 	"io"
 	"slices"
 	"strings"
@@ -77,7 +79,23 @@ func (s *stream) end() {
 			s.fail(provider.CtxErr(s.ctx, s.provider))
 			return
 		}
-		s.fail(provider.StreamError(s.provider, err))
+		detail := ""
+		var se *ssestream.StreamError
+		if errors.As(err, &se) {
+			// {"error": {"message": ..., "type": ...}} sent as a data line.
+			var body struct {
+				Error struct{ Message, Type string }
+			}
+			if json.Unmarshal(se.Event.Data, &body) == nil && body.Error.Message != "" {
+				detail = body.Error.Message
+				if body.Error.Type != "" {
+					detail = body.Error.Type + ": " + detail
+				}
+			} else {
+				detail = se.Message
+			}
+		}
+		s.fail(provider.StreamError(s.provider, detail, err))
 		return
 	}
 	if s.finishRaw == "" {

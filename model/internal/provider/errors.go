@@ -94,9 +94,13 @@ func (s Settings) Classify(status int, detail string, err error) *model.Error {
 
 // StreamError is the error for a stream that broke after it started: the
 // connection dropped, a line was not valid, or the server sent an error
-// event. Nothing is retried at that point (output may already have been
-// shown), so the run fails with this.
-func StreamError(provider string, err error) *model.Error {
+// event (detail is then the server's explanation; "" uses err's text).
+// Nothing is retried at that point (output may already have been shown),
+// so the run fails with this.
+func StreamError(provider, detail string, err error) *model.Error {
+	if detail != "" {
+		return &model.Error{Provider: provider, Streaming: true, Message: "the server reported an error mid-reply: " + oneLine(detail), Err: err}
+	}
 	return &model.Error{Provider: provider, Streaming: true, Message: "the reply stream broke: " + oneLine(err.Error()), Err: err}
 }
 
