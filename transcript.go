@@ -8,7 +8,13 @@ import "fmt"
 // assistant message never carries tool calls. Every provider can accept a
 // transcript that passes.
 func ValidateTranscript(msgs []Message) error {
-	open := map[string]bool{} // tool call id → answered
+	// open holds the calls of the latest assistant message and whether each
+	// is answered; a slice, since a step rarely has more than a few calls.
+	type call struct {
+		id       string
+		answered bool
+	}
+	var open []call
 	pending := 0
 	for i, m := range msgs {
 		switch m.Role {
@@ -19,26 +25,34 @@ func ValidateTranscript(msgs []Message) error {
 			if m.Partial && len(m.ToolCalls) > 0 {
 				return fmt.Errorf("message %d: partial assistant message carries tool calls", i)
 			}
-			open = map[string]bool{}
+			open = open[:0]
 			for _, c := range m.ToolCalls {
 				if c.ID == "" {
 					return fmt.Errorf("message %d: tool call without id", i)
 				}
-				if _, dup := open[c.ID]; dup {
-					return fmt.Errorf("message %d: duplicate tool call id %q", i, c.ID)
+				for _, o := range open {
+					if o.id == c.ID {
+						return fmt.Errorf("message %d: duplicate tool call id %q", i, c.ID)
+					}
 				}
-				open[c.ID] = false
+				open = append(open, call{id: c.ID})
 			}
 			pending = len(m.ToolCalls)
 		case RoleTool:
-			answered, ok := open[m.ToolCallID]
-			if !ok {
+			j := -1
+			for k, o := range open {
+				if o.id == m.ToolCallID {
+					j = k
+					break
+				}
+			}
+			if j < 0 {
 				return fmt.Errorf("message %d: tool result for unknown call %q", i, m.ToolCallID)
 			}
-			if answered {
+			if open[j].answered {
 				return fmt.Errorf("message %d: second tool result for call %q", i, m.ToolCallID)
 			}
-			open[m.ToolCallID] = true
+			open[j].answered = true
 			pending--
 		case RoleUser:
 			if pending > 0 {

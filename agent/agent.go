@@ -324,7 +324,7 @@ func (l *loop) request(ctx context.Context, step int) (*stepState, error) {
 		return st, fmt.Errorf("model request: %w", err)
 	}
 	defer stream.Close()
-	seen := map[string]bool{}
+	var seen map[string]bool
 	for {
 		ch, err := stream.Recv()
 		if err != nil {
@@ -350,6 +350,9 @@ func (l *loop) request(ctx context.Context, step int) (*stepState, error) {
 			call := *ch.ToolCall
 			if call.ID == "" || seen[call.ID] {
 				call.ID = fmt.Sprintf("call_%s_%d_%d", l.t.RunID, step, len(st.calls)+1)
+			}
+			if seen == nil {
+				seen = map[string]bool{}
 			}
 			seen[call.ID] = true
 			if len(call.Input) == 0 {
