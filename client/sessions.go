@@ -1,0 +1,149 @@
+package client
+
+import (
+	"context"
+	"encoding/json"
+	"net/http"
+	"net/url"
+	"time"
+
+	"github.com/reinhq/rein"
+)
+
+// Session is a session as the server describes it (SPEC §3 "Sessions").
+type Session struct {
+	// ID is the session id.
+	ID string `json:"id"`
+	// CreatedAt is when the session was created (UTC).
+	CreatedAt time.Time `json:"created_at"`
+	// Metadata is the client's JSON object ({} when none was given).
+	Metadata json.RawMessage `json:"metadata"`
+	// ParentSessionID is the parent of a subagent child, "" for a root
+	// session.
+	ParentSessionID string `json:"parent_session_id"`
+
+	// The fields below are filled by GetSession only.
+
+	// State is "idle" or "busy" (a run is running or queued).
+	State string `json:"state,omitempty"`
+	// CurrentRunID is the run running now, "" when none.
+	CurrentRunID string `json:"current_run_id,omitempty"`
+	// QueuedRunIDs are the queued runs, next to run first.
+	QueuedRunIDs []string `json:"queued_run_ids,omitempty"`
+	// LastSeq is the seq of the session's last event (0 when it has none).
+	LastSeq int64 `json:"last_seq,omitempty"`
+}
+
+// CreateSessionRequest is the body of POST /api/sessions.
+type CreateSessionRequest struct {
+	// Metadata is any JSON object the caller wants kept with the session
+	// (nil: {}).
+	Metadata any `json:"metadata,omitempty"`
+	// System overrides the system prompt for the session's runs (nil:
+	// the server's default).
+	System *string `json:"system,omitempty"`
+}
+
+// CreateSession creates a session of the caller's owner.
+func (c *Client) CreateSession(ctx context.Context, req CreateSessionRequest) (*Session, error) {
+	var s Session
+	if err := c.do(ctx, http.MethodPost, "/api/sessions", nil, req, &s, nil); err != nil {
+		return nil, err
+	}
+	return &s, nil
+}
+
+// ListSessions lists the caller's sessions, newest first (subagent children
+// included, with ParentSessionID set).
+func (c *Client) ListSessions(ctx context.Context) ([]Session, error) {
+	var out struct {
+		Sessions []Session `json:"sessions"`
+	}
+	if err := c.do(ctx, http.MethodGet, "/api/sessions", nil, nil, &out, nil); err != nil {
+		return nil, err
+	}
+	if out.Sessions == nil {
+		out.Sessions = []Session{}
+	}
+	return out.Sessions, nil
+}
+
+// GetSession returns a session with its live state. Another owner's session
+// is not_found, exactly like a missing one.
+func (c *Client) GetSession(ctx context.Context, sessionID string) (*Session, error) {
+	var s Session
+	if err := c.do(ctx, http.MethodGet, sessionPath(sessionID), nil, nil, &s, nil); err != nil {
+		return nil, err
+	}
+	if s.QueuedRunIDs == nil {
+		s.QueuedRunIDs = []string{}
+	}
+	return &s, nil
+}
+
+// Run is a run as the server describes it.
+type Run struct {
+	// RunID is the run id.
+	RunID string `json:"run_id"`
+	// Status is the run's lifecycle state.
+	Status rein.RunStatus `json:"status"`
+	// Reason says why a terminal run ended ("" until it has).
+	Reason rein.Reason `json:"reason"`
+	// CreatedAt is when the run was created.
+	CreatedAt time.Time `json:"created_at"`
+	// StartedAt is when it started running (nil if it never did).
+	StartedAt *time.Time `json:"started_at"`
+	// EndedAt is when it reached its terminal state (nil until then).
+	EndedAt *time.Time `json:"ended_at"`
+}
+
+// ListRuns lists a session's runs, newest first.
+func (c *Client) ListRuns(ctx context.Context, sessionID string) ([]Run, error) {
+	var out struct {
+		Runs []Run `json:"runs"`
+	}
+	if err := c.do(ctx, http.MethodGet, sessionPath(sessionID, "runs"), nil, nil, &out, nil); err != nil {
+		return nil, err
+	}
+	if out.Runs == nil {
+		out.Runs = []Run{}
+	}
+	return out.Runs, nil
+}
+
+// GetRun returns one run of a session.
+func (c *Client) GetRun(ctx context.Context, sessionID, runID string) (*Run, error) {
+	var r Run
+	if err := c.do(ctx, http.MethodGet, sessionPath(sessionID, "runs", url.PathEscape(runID)), nil, nil, &r, nil); err != nil {
+		return nil, err
+	}
+	return &r, nil
+}
+
+// Subagent is a direct subagent child of a session (SPEC §7).
+type Subagent struct {
+	// ID is the child's id, which is its session id.
+	ID string `json:"id"`
+	// Label is the child's label.
+	Label string `json:"label"`
+	// State is "running" or "idle".
+	State string `json:"state"`
+	// ParentSessionID is the session that spawned it.
+	ParentSessionID string `json:"parent_session_id"`
+	// CurrentRunID is the child's running activation, "" when none.
+	CurrentRunID string `json:"current_run_id"`
+}
+
+// ListSubagents lists a session's direct subagent children.
+func (c *Client) ListSubagents(ctx context.Context, sessionID string) ([]Subagent, error) {
+	var out struct {
+		Subagents []Subagent `json:"subagents"`
+	}
+	if err := c.do(ctx, http.MethodGet, sessionPath(sessionID, "subagents"), nil, nil, &out, nil); err != nil {
+		return nil, err
+	}
+	if out.Subagents == nil {
+		out.Subagents = []Subagent{}
+	}
+	return out.Subagents, nil
+}
