@@ -1,0 +1,397 @@
+package server
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"strconv"
+	"time"
+
+	"github.com/reinhq/rein"
+	"github.com/reinhq/rein/sessions"
+	"github.com/reinhq/rein/store"
+)
+
+// applyTimeout bounds the application of one batch. A batch runs detached
+// from its request: once validated it is applied whole (up to its first
+// failure) even if the client hangs up, because the client cannot know
+// how far a cut-short batch got.
+const applyTimeout = 30 * time.Second
+
+// Page sizes of GET .../events (SPEC §3).
+const (
+	defaultEventLimit = 100
+	maxEventLimit     = 1000
+)
+
+// ------------------------------------------------------------- operations
+
+func (s *Server) healthz(w http.ResponseWriter, r *http.Request) {
+	writeJSON(w, http.StatusOK, map[string]string{"status": "ok"})
+}
+
+func (s *Server) readyz(w http.ResponseWriter, r *http.Request) {
+	ctx, cancel := context.WithTimeout(r.Context(), 2*time.Second)
+	defer cancel()
+	if err := s.svc.Ready(ctx); err != nil {
+		if rein.CodeOf(err) != rein.CodeUnavailable {
+			err = rein.Errorf(rein.CodeUnavailable, "not ready: %w", err)
+		}
+		s.writeError(w, r, err, nil)
+		return
+	}
+	writeJSON(w, http.StatusOK, map[string]string{"status": "ready"})
+}
+
+// ------------------------------------------------------------- JSON shapes
+
+// sessionJSON is a session in lists (SPEC §3).
+type sessionJSON struct {
+	ID              string          `json:"id"`
+	CreatedAt       string          `json:"created_at"`
+	Metadata        json.RawMessage `json:"metadata"`
+	ParentSessionID *string         `json:"parent_session_id"`
+}
+
+// sessionDetailJSON is GET /api/sessions/{id}.
+type sessionDetailJSON struct {
+	sessionJSON
+	State        string   `json:"state"`
+	CurrentRunID *string  `json:"current_run_id"`
+	QueuedRunIDs []string `json:"queued_run_ids"`
+	LastSeq      int64    `json:"last_seq"`
+}
+
+func toSessionJSON(s *store.Session) sessionJSON {
+	md := s.Metadata
+	if len(md) == 0 {
+		md = json.RawMessage("{}")
+	}
+	return sessionJSON{ID: s.ID, CreatedAt: rein.FormatTime(s.CreatedAt), Metadata: md, ParentSessionID: optional(s.ParentID)}
+}
+
+// runJSON is a run (SPEC §3); reason and times are null until they apply.
+type runJSON struct {
+	RunID     string         `json:"run_id"`
+	Status    rein.RunStatus `json:"status"`
+	Reason    *rein.Reason   `json:"reason"`
+	CreatedAt string         `json:"created_at"`
+	StartedAt *string        `json:"started_at"`
+	EndedAt   *string        `json:"ended_at"`
+	// Error is a FAILED run's error message (an addition to the SPEC's
+	// keys, present only then).
+	Error string `json:"error,omitempty"`
+}
+
+func toRunJSON(r *store.RunRecord) runJSON {
+	out := runJSON{RunID: r.ID, Status: r.Status, CreatedAt: rein.FormatTime(r.CreatedAt), Error: r.Error}
+	if r.Reason != "" {
+		reason := r.Reason
+		out.Reason = &reason
+	}
+	if !r.StartedAt.IsZero() {
+		out.StartedAt = optional(rein.FormatTime(r.StartedAt))
+	}
+	if !r.EndedAt.IsZero() {
+		out.EndedAt = optional(rein.FormatTime(r.EndedAt))
+	}
+	return out
+}
+
+func optional(s string) *string {
+	if s == "" {
+		return nil
+	}
+	return &s
+}
+
+// ---------------------------------------------------------------- sessions
+
+// sessionKey is the session the request's path names, for its owner.
+func sessionKey(r *http.Request) rein.SessionKey {
+	info := infoOf(r.Context())
+	info.session = r.PathValue("id")
+	return rein.SessionKey{Owner: info.owner, ID: info.session}
+}
+
+// readBody reads a request body of at most MaxBodyBytes (413 beyond).
+func readBody(w http.ResponseWriter, r *http.Request) ([]byte, error) {
+	if r.ContentLength > MaxBodyBytes {
+		return nil, rein.Errorf(rein.CodeTooLarge, "the request body exceeds %d bytes", MaxBodyBytes)
+	}
+	b, err := io.ReadAll(http.MaxBytesReader(w, r.Body, MaxBodyBytes))
+	var tooBig *http.MaxBytesError
+	switch {
+	case errors.As(err, &tooBig):
+		return nil, rein.Errorf(rein.CodeTooLarge, "the request body exceeds %d bytes", MaxBodyBytes)
+	case err != nil:
+		return nil, rein.Errorf(rein.CodeInvalidArgument, "could not read the request body: %w", err)
+	}
+	return b, nil
+}
+
+func (s *Server) createSession(w http.ResponseWriter, r *http.Request) {
+	body, err := readBody(w, r)
+	if err != nil {
+		s.writeError(w, r, err, nil)
+		return
+	}
+	req, err := decodeCreateSession(body)
+	if err != nil {
+		s.writeError(w, r, err, nil)
+		return
+	}
+	sess, err := s.svc.CreateSession(r.Context(), ownerOf(r), req)
+	if err != nil {
+		s.writeError(w, r, err, nil)
+		return
+	}
+	infoOf(r.Context()).session = sess.ID
+	writeJSON(w, http.StatusCreated, toSessionJSON(sess))
+}
+
+// decodeCreateSession reads {} or {"metadata": {...}, "system": "..."}; an
+// empty body counts as {}.
+func decodeCreateSession(body []byte) (sessions.CreateSessionRequest, error) {
+	var req sessions.CreateSessionRequest
+	if kind(body) == 0 {
+		return req, nil
+	}
+	if !json.Valid(body) {
+		return req, malformed(body)
+	}
+	var fields map[string]json.RawMessage
+	if kind(body) != '{' || json.Unmarshal(body, &fields) != nil {
+		return req, rein.InvalidArgument("", "the request body must be a JSON object")
+	}
+	p := payload{path: "", fields: fields}
+	if raw, ok := p.present("metadata"); ok {
+		if kind(raw) != '{' {
+			return req, rein.InvalidArgument("metadata", "metadata must be a JSON object")
+		}
+		req.Metadata = raw
+	}
+	sys, err := p.str("system", false, false)
+	if err != nil {
+		// payload.str names fields as path+"."+key; here the path is the
+		// body itself.
+		return req, rein.InvalidArgument("system", "system must be a string")
+	}
+	req.System = sys
+	return req, nil
+}
+
+func (s *Server) listSessions(w http.ResponseWriter, r *http.Request) {
+	list, err := s.svc.ListSessions(r.Context(), ownerOf(r))
+	if err != nil {
+		s.writeError(w, r, err, nil)
+		return
+	}
+	out := make([]sessionJSON, 0, len(list))
+	for _, sess := range list {
+		out = append(out, toSessionJSON(sess))
+	}
+	writeJSON(w, http.StatusOK, map[string]any{"sessions": out})
+}
+
+func (s *Server) getSession(w http.ResponseWriter, r *http.Request) {
+	info, err := s.svc.GetSession(r.Context(), sessionKey(r))
+	if err != nil {
+		s.writeError(w, r, err, nil)
+		return
+	}
+	out := sessionDetailJSON{
+		sessionJSON:  toSessionJSON(info.Session),
+		State:        "idle",
+		CurrentRunID: optional(info.CurrentRunID),
+		QueuedRunIDs: info.QueuedRunIDs,
+		LastSeq:      info.LastSeq,
+	}
+	if info.Busy {
+		out.State = "busy"
+	}
+	if out.QueuedRunIDs == nil {
+		out.QueuedRunIDs = []string{}
+	}
+	writeJSON(w, http.StatusOK, out)
+}
+
+// -------------------------------------------------------------------- runs
+
+func (s *Server) listRuns(w http.ResponseWriter, r *http.Request) {
+	runs, err := s.svc.ListRuns(r.Context(), sessionKey(r))
+	if err != nil {
+		s.writeError(w, r, err, nil)
+		return
+	}
+	out := make([]runJSON, 0, len(runs))
+	for _, run := range runs {
+		out = append(out, toRunJSON(run))
+	}
+	writeJSON(w, http.StatusOK, map[string]any{"runs": out})
+}
+
+func (s *Server) getRun(w http.ResponseWriter, r *http.Request) {
+	key := sessionKey(r)
+	runID := r.PathValue("run_id")
+	infoOf(r.Context()).run = runID
+	run, err := s.svc.GetRun(r.Context(), key, runID)
+	if err != nil {
+		s.writeError(w, r, err, nil)
+		return
+	}
+	writeJSON(w, http.StatusOK, toRunJSON(run))
+}
+
+// ------------------------------------------------------------------ events
+
+func (s *Server) listEvents(w http.ResponseWriter, r *http.Request) {
+	key := sessionKey(r)
+	q := r.URL.Query()
+	after, err := intParam(q, "after", 0)
+	if err == nil && after < 0 {
+		err = rein.InvalidArgument("after", "after must be a sequence number ≥ 0")
+	}
+	if err != nil {
+		s.writeError(w, r, err, nil)
+		return
+	}
+	limit, err := intParam(q, "limit", defaultEventLimit)
+	if err == nil && limit <= 0 {
+		err = rein.InvalidArgument("limit", "limit must be a number > 0")
+	}
+	if err != nil {
+		s.writeError(w, r, err, nil)
+		return
+	}
+	limit = min(limit, maxEventLimit)
+	evs, last, err := s.svc.ReadEvents(r.Context(), key, after, int(limit))
+	if err != nil {
+		s.writeError(w, r, err, nil)
+		return
+	}
+	if evs == nil {
+		evs = []rein.Event{}
+	}
+	writeJSON(w, http.StatusOK, map[string]any{"events": evs, "last_seq": last})
+}
+
+// intParam reads an integer query parameter; present means it must parse,
+// even when empty.
+func intParam(q map[string][]string, name string, def int64) (int64, error) {
+	vs, ok := q[name]
+	if !ok {
+		return def, nil
+	}
+	v, err := strconv.ParseInt(vs[0], 10, 64)
+	if err != nil {
+		return 0, rein.InvalidArgument(name, "%s must be an integer, got %q", name, vs[0])
+	}
+	return v, nil
+}
+
+func (s *Server) postEvents(w http.ResponseWriter, r *http.Request) {
+	key := sessionKey(r)
+	body, err := readBody(w, r)
+	if err != nil {
+		s.writeError(w, r, err, nil)
+		return
+	}
+	cmds, err := decodeBatch(body)
+	if err != nil {
+		s.writeError(w, r, err, nil)
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(r.Context()), applyTimeout)
+	defer cancel()
+	results := make([]any, 0, len(cmds))
+	for i, c := range cmds {
+		res, err := s.apply(ctx, key, c)
+		if err != nil {
+			s.writeError(w, r, inBatch(err, i), map[string]any{"results": results})
+			return
+		}
+		results = append(results, res)
+	}
+	writeJSON(w, http.StatusOK, map[string]any{"results": results})
+}
+
+// Results of the events of a batch (SPEC §3).
+type (
+	messageResult struct {
+		RunID  string         `json:"run_id"`
+		Status rein.RunStatus `json:"status"`
+	}
+	interruptResult struct {
+		Accepted bool    `json:"accepted"`
+		RunID    *string `json:"run_id"`
+	}
+	supplementResult struct {
+		SupplementID string                 `json:"supplement_id"`
+		Status       store.SupplementStatus `json:"status"`
+	}
+	confirmationResult struct {
+		ToolUseID string `json:"tool_use_id"`
+		Allow     bool   `json:"allow"`
+	}
+)
+
+// apply performs one validated event through the sessions service.
+func (s *Server) apply(ctx context.Context, key rein.SessionKey, c command) (any, error) {
+	info := infoOf(ctx)
+	switch c.typ {
+	case rein.EventUserMessage:
+		res, err := s.svc.SendMessage(ctx, key, c.message)
+		if err != nil {
+			return nil, err
+		}
+		info.run = res.RunID
+		return messageResult{RunID: res.RunID, Status: res.Status}, nil
+	case rein.EventUserInterrupt:
+		res, err := s.svc.Interrupt(ctx, key, c.interrupt)
+		if err != nil {
+			return nil, err
+		}
+		info.run = res.RunID
+		return interruptResult{Accepted: res.Accepted, RunID: optional(res.RunID)}, nil
+	case rein.EventUserSupplement:
+		res, err := s.svc.Supplement(ctx, key, c.supplement)
+		if err != nil {
+			return nil, err
+		}
+		return supplementResult{SupplementID: res.ID, Status: res.Status}, nil
+	case rein.EventUserToolConfirmation:
+		conf, err := s.svc.ConfirmTool(ctx, key, c.confirm)
+		if err != nil {
+			return nil, err
+		}
+		info.run = conf.RunID
+		return confirmationResult{ToolUseID: c.confirm.ToolUseID, Allow: c.confirm.Allow}, nil
+	case rein.EventSystemMessage:
+		if err := s.svc.SetSystem(ctx, key, c.system); err != nil {
+			return nil, err
+		}
+		return struct{}{}, nil
+	}
+	// decodeBatch admits only the types above.
+	return nil, rein.Errorf(rein.CodeInternal, "unhandled event type %q", c.typ)
+}
+
+// inBatch makes an invalid_argument error from the service name its field
+// inside the batch (text → events[2].payload.text).
+func inBatch(err error, i int) error {
+	var re *rein.Error
+	if !errors.As(err, &re) || re.Code != rein.CodeInvalidArgument {
+		return err
+	}
+	out := *re
+	if out.Param == "" {
+		out.Param = fmt.Sprintf("events[%d]", i)
+	} else {
+		out.Param = fmt.Sprintf("events[%d].payload.%s", i, re.Param)
+	}
+	return &out
+}
