@@ -43,7 +43,8 @@ const DefaultMaxTokens = 4096
 type Config struct {
 	// Model is the model name, e.g. "claude-sonnet-4-5". Required.
 	Model string
-	// APIKey is sent as x-api-key. Required.
+	// APIKey authenticates the requests (SDK v2 sends it as a bearer
+	// token). Required.
 	APIKey string
 	// BaseURL is the API root. Default DefaultBaseURL.
 	BaseURL string
