@@ -192,4 +192,3 @@ func TestToolSchemas(t *testing.T) {
 		t.Errorf("a schema that is not an object: err = %v", err)
 	}
 }
-
