@@ -172,6 +172,8 @@ func (s *stack) do(method, path, token string, body any) reply {
 		rd = strings.NewReader(b)
 	case []byte:
 		rd = bytes.NewReader(b)
+	case io.Reader:
+		rd = b
 	default:
 		j, err := json.Marshal(b)
 		if err != nil {
