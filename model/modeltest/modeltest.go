@@ -168,7 +168,7 @@ func Run(t *testing.T, p Provider) {
 			if p.New == nil {
 				mk := p.Scripts[sc]
 				if mk == nil {
-					t.Skipf("%s: scenario %s needs a wire; this provider has none", p.Name, sc)
+					t.Skipf("%s has no wire and no script for scenario %s", p.Name, sc)
 				}
 				runScripted(t, sc, mk(t))
 				return

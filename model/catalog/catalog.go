@@ -1,0 +1,107 @@
+// Package catalog turns a model name from the command line or a config
+// file (`--model openai:gpt-4o`) into a model.Model. It is the one place
+// that knows the accepted forms and which environment settings each
+// provider reads, so that `rein serve`, `rein chat` and tests resolve a
+// name the same way and fail with the same helpful message.
+//
+// The environment is passed in (Env.Getenv), never read from the process,
+// so tests and embedders decide what a provider sees.
+package catalog
+
+import (
+	"log/slog"
+	"net/http"
+	"strings"
+
+	"github.com/reinhq/rein"
+	"github.com/reinhq/rein/model"
+	"github.com/reinhq/rein/model/anthropic"
+	"github.com/reinhq/rein/model/openai"
+	"github.com/reinhq/rein/model/scripted"
+)
+
+// Env is what a provider may read from its surroundings.
+type Env struct {
+	// Getenv looks up an environment variable ("" when unset). Nil means
+	// every variable is unset.
+	Getenv func(string) string
+	// Logger receives the providers' retry warnings. Nil discards.
+	Logger *slog.Logger
+	// OnRetry is called on every retry of a model request (for metrics).
+	OnRetry func(model.RetryInfo)
+	// HTTPClient, when set, makes the HTTP providers' requests.
+	HTTPClient *http.Client
+}
+
+func (e Env) get(k string) string {
+	if e.Getenv == nil {
+		return ""
+	}
+	return strings.TrimSpace(e.Getenv(k))
+}
+
+// Forms lists the accepted model names, for help texts and errors.
+const Forms = `demo | scripted:PATH | openai:NAME | ollama:NAME | anthropic:NAME`
+
+// Open resolves spec:
+//
+//	demo            the offline demo model (scripted.Demo)
+//	scripted:PATH   a script file (SPEC §8)
+//	openai:NAME     OpenAI Chat Completions, or any compatible server:
+//	                OPENAI_API_KEY (needed unless OPENAI_BASE_URL is set),
+//	                OPENAI_BASE_URL (default https://api.openai.com/v1)
+//	ollama:NAME     a local Ollama at http://127.0.0.1:11434/v1, no key
+//	anthropic:NAME  Anthropic Messages: ANTHROPIC_API_KEY (required),
+//	                ANTHROPIC_BASE_URL (default https://api.anthropic.com)
+//
+// Errors are invalid_argument *rein.Error values that say what to set; an
+// unknown form wraps model.ErrUnknownModel and lists the accepted forms.
+func Open(spec string, env Env) (model.Model, error) {
+	spec = strings.TrimSpace(spec)
+	if spec == "demo" {
+		return scripted.Demo(), nil
+	}
+	kind, name, ok := strings.Cut(spec, ":")
+	if !ok {
+		return nil, unknown(spec)
+	}
+	if strings.TrimSpace(name) == "" {
+		return nil, rein.Errorf(rein.CodeInvalidArgument, "model %q: missing the name after %q (accepted forms: %s)", spec, kind+":", Forms)
+	}
+	switch kind {
+	case "scripted":
+		m, err := scripted.Open(name)
+		if err != nil {
+			return nil, err
+		}
+		return m, nil
+	case "openai":
+		key, base := env.get("OPENAI_API_KEY"), env.get("OPENAI_BASE_URL")
+		if key == "" && base == "" {
+			return nil, rein.Errorf(rein.CodeInvalidArgument, "model %q: OPENAI_API_KEY is not set (set it to your OpenAI key, or set OPENAI_BASE_URL to an OpenAI-compatible server such as vLLM or llama.cpp that needs no key; for Ollama use --model ollama:%s)", spec, name)
+		}
+		return openai.New(openai.Config{
+			Model: name, APIKey: key, BaseURL: base,
+			HTTPClient: env.HTTPClient, Logger: env.Logger, OnRetry: env.OnRetry,
+		})
+	case "ollama":
+		return openai.New(openai.Config{
+			Model: name, BaseURL: openai.OllamaBaseURL, Provider: "ollama",
+			HTTPClient: env.HTTPClient, Logger: env.Logger, OnRetry: env.OnRetry,
+		})
+	case "anthropic":
+		key := env.get("ANTHROPIC_API_KEY")
+		if key == "" {
+			return nil, rein.Errorf(rein.CodeInvalidArgument, "model %q: ANTHROPIC_API_KEY is not set", spec)
+		}
+		return anthropic.New(anthropic.Config{
+			Model: name, APIKey: key, BaseURL: env.get("ANTHROPIC_BASE_URL"),
+			HTTPClient: env.HTTPClient, Logger: env.Logger, OnRetry: env.OnRetry,
+		})
+	}
+	return nil, unknown(spec)
+}
+
+func unknown(spec string) error {
+	return rein.Errorf(rein.CodeInvalidArgument, "%w %q: accepted forms are %s", model.ErrUnknownModel, spec, Forms)
+}
