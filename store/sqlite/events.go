@@ -1,0 +1,227 @@
+package sqlite
+
+import (
+	"context"
+	"database/sql"
+	"encoding/json"
+	"strconv"
+	"strings"
+
+	"github.com/reinhq/rein"
+	"github.com/reinhq/rein/internal/id"
+	"github.com/reinhq/rein/store"
+)
+
+// ------------------------------------------------------------------ history
+
+// AppendHistory implements store.History.
+func (s *Store) AppendHistory(ctx context.Context, key rein.SessionKey, fence store.Fence, msgs []rein.Message) error {
+	encoded := make([]string, len(msgs))
+	for i, m := range msgs {
+		b, err := encodeMessage(m)
+		if err != nil {
+			return rein.Errorf(rein.CodeInvalidArgument, "history message %d: %w", i, err)
+		}
+		encoded[i] = string(b)
+	}
+	return s.write(ctx, "appending history", func(tx *wtx) error {
+		si, err := tx.fenced(key, fence)
+		if err != nil {
+			return err
+		}
+		n := si.histLen
+		if n < 0 {
+			if err := tx.queryRow(`SELECT count(*) FROM history WHERE session_pk = ?`, si.pk).Scan(&n); err != nil {
+				return err
+			}
+		}
+		for i, m := range encoded {
+			if _, err := tx.exec(`INSERT INTO history (session_pk, idx, message) VALUES (?, ?, ?)`, si.pk, n+int64(i), m); err != nil {
+				return err
+			}
+		}
+		si.histLen = n + int64(len(encoded))
+		return nil
+	})
+}
+
+// LoadHistory implements store.History.
+func (s *Store) LoadHistory(ctx context.Context, key rein.SessionKey) ([]rein.Message, error) {
+	tx, err := s.rdb.BeginTx(ctx, &sql.TxOptions{ReadOnly: true})
+	if err != nil {
+		return nil, s.fail("loading history", err)
+	}
+	defer tx.Rollback()
+	pk, _, err := readPK(ctx, tx, key)
+	if err != nil {
+		return nil, s.fail("loading history", err)
+	}
+	rows, err := tx.QueryContext(ctx, `SELECT message FROM history WHERE session_pk = ? ORDER BY idx`, pk)
+	if err != nil {
+		return nil, s.fail("loading history", err)
+	}
+	defer rows.Close()
+	out := []rein.Message{}
+	for rows.Next() {
+		var b []byte
+		if err := rows.Scan(&b); err != nil {
+			return nil, s.fail("loading history", err)
+		}
+		m, err := decodeMessage(b)
+		if err != nil {
+			return nil, rein.Errorf(rein.CodeInternal, "sqlite %s: history message %d of %s is unreadable: %w", s.file, len(out), key, err)
+		}
+		out = append(out, m)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, s.fail("loading history", err)
+	}
+	return out, nil
+}
+
+// ---------------------------------------------------------------- event log
+
+// AppendEvents implements store.EventLog. The events are durable when it
+// returns: the writer answers only after the batch's COMMIT, and every
+// commit is synced (synchronous=FULL).
+func (s *Store) AppendEvents(ctx context.Context, key rein.SessionKey, fence store.Fence, evs []rein.Event) ([]rein.Event, error) {
+	out := make([]rein.Event, len(evs))
+	for i, e := range evs {
+		p, err := jsonOrEmpty("events["+strconv.Itoa(i)+"].payload", e.Payload)
+		if err != nil {
+			return nil, err
+		}
+		e.Payload = append(json.RawMessage(nil), p...)
+		e.SessionID = key.ID
+		if e.ID == "" {
+			e.ID = id.New(id.Event)
+		}
+		e.CreatedAt = norm(e.CreatedAt)
+		out[i] = e
+	}
+	// A batch of up to insertChunk events is one INSERT statement, which
+	// SQLite applies atomically on its own: the writer then needs no
+	// savepoint around it, one of the costs group commit is paid in.
+	write := s.write
+	if len(out) <= insertChunk {
+		write = s.writeAtomic
+	}
+	err := write(ctx, "appending events", func(tx *wtx) error {
+		si, err := tx.fenced(key, fence)
+		if err != nil {
+			return err
+		}
+		if len(out) == 0 {
+			return nil
+		}
+		seq := si.lastSeq
+		args := make([]any, 0, 7*min(len(out), insertChunk))
+		for i := range out {
+			e := &out[i]
+			seq++
+			e.Seq = seq
+			if e.CreatedAt.IsZero() {
+				e.CreatedAt = tx.now
+			}
+			args = append(args, si.pk, e.Seq, e.ID, e.RunID, string(e.Type), string(e.Payload), e.CreatedAt.UnixMicro())
+			if len(args) == cap(args) || i == len(out)-1 {
+				if _, err := tx.exec(insertEvents(len(args)/7), args...); err != nil {
+					return err
+				}
+				args = args[:0]
+			}
+		}
+		si.lastSeq = seq
+		tx.wake(key)
+		return nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+// insertChunk is the most events one INSERT statement carries; statements
+// for 1..insertChunk rows are prepared once each and reused.
+const insertChunk = 16
+
+func insertEvents(rows int) string {
+	return "INSERT INTO events (session_pk, seq, id, run_id, type, payload, created_at) VALUES (?, ?, ?, ?, ?, ?, ?)" +
+		strings.Repeat(", (?, ?, ?, ?, ?, ?, ?)", rows-1)
+}
+
+// ReadEvents implements store.EventLog. The page and the last seq come from
+// one read transaction, so last is never behind the page.
+func (s *Store) ReadEvents(ctx context.Context, key rein.SessionKey, after int64, limit int) ([]rein.Event, int64, error) {
+	tx, err := s.rdb.BeginTx(ctx, &sql.TxOptions{ReadOnly: true})
+	if err != nil {
+		return nil, 0, s.fail("reading events", err)
+	}
+	defer tx.Rollback()
+	pk, last, err := readPK(ctx, tx, key)
+	if err != nil {
+		return nil, 0, s.fail("reading events", err)
+	}
+	out := []rein.Event{}
+	if limit <= 0 || after >= last {
+		return out, last, nil
+	}
+	rows, err := tx.QueryContext(ctx, `SELECT seq, id, run_id, type, payload, created_at FROM events
+		WHERE session_pk = ? AND seq > ? ORDER BY seq LIMIT ?`, pk, after, limit)
+	if err != nil {
+		return nil, 0, s.fail("reading events", err)
+	}
+	defer rows.Close()
+	for rows.Next() {
+		e := rein.Event{SessionID: key.ID}
+		var typ string
+		var payload []byte
+		var created int64
+		if err := rows.Scan(&e.Seq, &e.ID, &e.RunID, &typ, &payload, &created); err != nil {
+			return nil, 0, s.fail("reading events", err)
+		}
+		e.Type = rein.EventType(typ)
+		e.Payload = payload
+		e.CreatedAt = fromMicros(sql.NullInt64{Int64: created, Valid: true})
+		out = append(out, e)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, 0, s.fail("reading events", err)
+	}
+	return out, last, nil
+}
+
+// LastSeq implements store.EventLog.
+func (s *Store) LastSeq(ctx context.Context, key rein.SessionKey) (int64, error) {
+	_, last, err := readPK(ctx, s.rdb, key)
+	if err != nil {
+		return 0, s.fail("reading last seq", err)
+	}
+	return last, nil
+}
+
+// WaitEvents implements store.EventLog. It subscribes to the session's
+// in-process wake-up before reading the last seq, so an append that
+// commits between the read and the wait still wakes it; nothing polls.
+// SQLite is single-process (the file lock), so every append comes through
+// this Store's writer and in-process wake-ups see them all.
+func (s *Store) WaitEvents(ctx context.Context, key rein.SessionKey, after int64) error {
+	for {
+		ch := s.waiters.subscribe(key)
+		last, err := s.LastSeq(ctx, key)
+		if err != nil || last > after {
+			s.waiters.unsubscribe(key)
+			return err
+		}
+		select {
+		case <-ch:
+			s.waiters.unsubscribe(key)
+		case <-ctx.Done():
+			s.waiters.unsubscribe(key)
+			return ctx.Err()
+		case <-s.closing:
+			s.waiters.unsubscribe(key)
+			return errClosed(s.file)
+		}
+	}
+}

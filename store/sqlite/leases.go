@@ -1,0 +1,162 @@
+package sqlite
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"time"
+
+	"github.com/reinhq/rein"
+	"github.com/reinhq/rein/store"
+)
+
+const leaseColumns = `s.owner, s.id, l.run_id, l.holder, l.token, l.expires_at`
+
+const leaseFrom = ` FROM leases l JOIN sessions s ON s.pk = l.session_pk `
+
+func scanLease(sc interface{ Scan(...any) error }) (*store.Lease, error) {
+	var l store.Lease
+	var expires int64
+	if err := sc.Scan(&l.Owner, &l.SessionID, &l.RunID, &l.Holder, &l.Token, &expires); err != nil {
+		return nil, err
+	}
+	l.ExpiresAt = time.UnixMicro(expires).UTC()
+	return &l, nil
+}
+
+// AcquireLease implements store.Leases. The token comes from the session
+// row's lease_token, which only grows and survives release and restart.
+func (s *Store) AcquireLease(ctx context.Context, key rein.SessionKey, holder, runID string, ttl time.Duration) (*store.Lease, error) {
+	var out *store.Lease
+	err := s.write(ctx, "acquiring lease", func(tx *wtx) error {
+		si, err := tx.session(key)
+		if err != nil {
+			return err
+		}
+		cur, err := scanLease(tx.queryRow(`SELECT `+leaseColumns+leaseFrom+`WHERE l.session_pk = ?`, si.pk))
+		switch {
+		case errors.Is(err, sql.ErrNoRows):
+		case err != nil:
+			return err
+		case cur.ExpiresAt.After(tx.now) && cur.RunID != runID:
+			// Only the run id: which instance holds the turn is never
+			// revealed (SPEC §3).
+			return &rein.Error{Code: rein.CodeSessionBusy, Message: "the session's turn is held by another run", RunID: cur.RunID}
+		}
+		var token int64
+		if err := tx.queryRow(`UPDATE sessions SET lease_token = lease_token + 1 WHERE pk = ? RETURNING lease_token`, si.pk).Scan(&token); err != nil {
+			return err
+		}
+		l := &store.Lease{Owner: key.Owner, SessionID: key.ID, RunID: runID, Holder: holder, Token: token, ExpiresAt: norm(tx.now.Add(ttl))}
+		_, err = tx.exec(`INSERT INTO leases (session_pk, run_id, holder, token, expires_at) VALUES (?, ?, ?, ?, ?)
+			ON CONFLICT (session_pk) DO UPDATE SET run_id = excluded.run_id, holder = excluded.holder,
+				token = excluded.token, expires_at = excluded.expires_at`,
+			si.pk, l.RunID, l.Holder, l.Token, l.ExpiresAt.UnixMicro())
+		if err != nil {
+			return err
+		}
+		si.lease = token
+		out = l
+		return nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+// RenewLease implements store.Leases.
+func (s *Store) RenewLease(ctx context.Context, l *store.Lease, ttl time.Duration) (*store.Lease, error) {
+	var out *store.Lease
+	err := s.write(ctx, "renewing lease", func(tx *wtx) error {
+		si, err := tx.session(l.Key())
+		if err != nil {
+			return err
+		}
+		if si.lease == 0 || si.lease != l.Token {
+			return errLeaseLost()
+		}
+		expires := norm(tx.now.Add(ttl))
+		cur := store.Lease{Owner: l.Owner, SessionID: l.SessionID, Token: l.Token, ExpiresAt: expires}
+		err = tx.queryRow(`UPDATE leases SET expires_at = ? WHERE session_pk = ? AND token = ? RETURNING run_id, holder`,
+			expires.UnixMicro(), si.pk, l.Token).Scan(&cur.RunID, &cur.Holder)
+		if errors.Is(err, sql.ErrNoRows) {
+			return errLeaseLost()
+		}
+		out = &cur
+		return err
+	})
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+// ReleaseLease implements store.Leases.
+func (s *Store) ReleaseLease(ctx context.Context, l *store.Lease) error {
+	return s.write(ctx, "releasing lease", func(tx *wtx) error {
+		si, err := tx.session(l.Key())
+		if errors.Is(err, rein.ErrNotFound) {
+			return nil
+		}
+		if err != nil {
+			return err
+		}
+		if si.lease == 0 || si.lease != l.Token {
+			return nil
+		}
+		if _, err := tx.exec(`DELETE FROM leases WHERE session_pk = ? AND token = ?`, si.pk, l.Token); err != nil {
+			return err
+		}
+		si.lease = 0
+		return nil
+	})
+}
+
+// GetLease implements store.Leases.
+func (s *Store) GetLease(ctx context.Context, key rein.SessionKey) (*store.Lease, error) {
+	tx, err := s.rdb.BeginTx(ctx, &sql.TxOptions{ReadOnly: true})
+	if err != nil {
+		return nil, s.fail("reading lease", err)
+	}
+	defer tx.Rollback()
+	pk, _, err := readPK(ctx, tx, key)
+	if err != nil {
+		return nil, s.fail("reading lease", err)
+	}
+	l, err := scanLease(tx.QueryRowContext(ctx, `SELECT `+leaseColumns+leaseFrom+`WHERE l.session_pk = ?`, pk))
+	if errors.Is(err, sql.ErrNoRows) {
+		return nil, notFound("lease")
+	}
+	if err != nil {
+		return nil, s.fail("reading lease", err)
+	}
+	return l, nil
+}
+
+// ListExpiredLeases implements store.Leases.
+func (s *Store) ListExpiredLeases(ctx context.Context, now time.Time) ([]*store.Lease, error) {
+	// Expired means ExpiresAt before now; ExpiresAt has whole
+	// microseconds, so compare against now rounded up to one.
+	cutoff := now.UnixMicro()
+	if now.Nanosecond()%1000 != 0 {
+		cutoff++
+	}
+	rows, err := s.rdb.QueryContext(ctx, `SELECT `+leaseColumns+leaseFrom+`WHERE l.expires_at < ? ORDER BY l.expires_at`, cutoff)
+	if err != nil {
+		return nil, s.fail("listing expired leases", err)
+	}
+	defer rows.Close()
+	out := []*store.Lease{}
+	for rows.Next() {
+		l, err := scanLease(rows)
+		if err != nil {
+			return nil, s.fail("listing expired leases", err)
+		}
+		out = append(out, l)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, s.fail("listing expired leases", err)
+	}
+	return out, nil
+}

@@ -1,0 +1,391 @@
+package sqlite
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"sync"
+	"time"
+
+	"github.com/reinhq/rein"
+	"github.com/reinhq/rein/store"
+	msqlite "modernc.org/sqlite"
+	sqlite3 "modernc.org/sqlite/lib"
+)
+
+// maxBatch bounds how many operations one transaction carries, so one
+// commit's latency stays bounded under any load.
+const maxBatch = 512
+
+// maxCache bounds the writer's session cache; past it the cache is simply
+// dropped and refilled from the database, which is always correct.
+const maxCache = 16384
+
+// op is one write waiting for the writer goroutine.
+type op struct {
+	ctx   context.Context
+	doing string
+	fn    func(tx *wtx) error
+	// atomic marks an operation that fails before writing anything or
+	// writes with exactly one statement, which SQLite undoes by itself if
+	// it fails: it runs without a savepoint.
+	atomic bool
+	done   chan error // buffered: the writer never blocks answering
+	wakes  []rein.SessionKey
+}
+
+// wtx is what an operation's function sees: the writer's connection inside
+// the batch transaction, the time of this operation and the session cache.
+type wtx struct {
+	s   *Store
+	op  *op
+	now time.Time
+}
+
+// sessInfo is what the writer knows about a session without asking the
+// database. It is only changed by operations that succeeded, and dropped
+// whole when a transaction fails, so it never runs ahead of what is
+// committed. The writer is the only writer of the file (the file lock), so
+// nothing else can make it stale.
+type sessInfo struct {
+	pk      int64
+	lastSeq int64
+	// lease is the current lease's token, 0 when no lease is held.
+	lease int64
+	// histLen is the number of history messages, -1 until first needed.
+	histLen int64
+}
+
+// write runs fn in the writer goroutine, inside the next batch
+// transaction, and returns once that transaction has committed (or fn
+// failed). Each operation runs under its own savepoint, so a failing one
+// is rolled back alone and the rest of the batch still commits.
+func (s *Store) write(ctx context.Context, doing string, fn func(tx *wtx) error) error {
+	return s.submit(&op{ctx: ctx, doing: doing, fn: fn, done: make(chan error, 1)})
+}
+
+// writeAtomic is write for an operation that is atomic without a
+// savepoint (see op.atomic).
+func (s *Store) writeAtomic(ctx context.Context, doing string, fn func(tx *wtx) error) error {
+	return s.submit(&op{ctx: ctx, doing: doing, fn: fn, atomic: true, done: make(chan error, 1)})
+}
+
+func (s *Store) submit(o *op) error {
+	ctx := o.ctx
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	select {
+	case s.ops <- o:
+	case <-s.closing:
+		return errClosed(s.file)
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+	select {
+	case err := <-o.done:
+		return err
+	case <-ctx.Done():
+		// The write may still commit: as with any database, a caller that
+		// gives up cannot know. The writer skips it if it has not started.
+		return ctx.Err()
+	case <-s.stopped:
+		// The writer answers everything it takes before stopping; an op
+		// that slipped into the queue after its last look is not run.
+		select {
+		case err := <-o.done:
+			return err
+		default:
+			return errClosed(s.file)
+		}
+	}
+}
+
+// wake asks for WaitEvents callers on key to be woken once the batch has
+// committed.
+func (tx *wtx) wake(key rein.SessionKey) { tx.op.wakes = append(tx.op.wakes, key) }
+
+// exec and query run a statement on the writer's connection, prepared once
+// and reused across transactions.
+func (tx *wtx) exec(query string, args ...any) (sql.Result, error) {
+	st, err := tx.s.stmt(query)
+	if err != nil {
+		return nil, err
+	}
+	return st.Exec(args...)
+}
+
+func (tx *wtx) queryRow(query string, args ...any) *sql.Row {
+	st, err := tx.s.stmt(query)
+	if err != nil {
+		// Surface the prepare error through Row.Scan.
+		return tx.s.wconn.QueryRowContext(context.Background(), query, args...)
+	}
+	return st.QueryRow(args...)
+}
+
+func (tx *wtx) query(query string, args ...any) (*sql.Rows, error) {
+	st, err := tx.s.stmt(query)
+	if err != nil {
+		return nil, err
+	}
+	return st.Query(args...)
+}
+
+func (s *Store) stmt(query string) (*sql.Stmt, error) {
+	if st := s.stmts[query]; st != nil {
+		return st, nil
+	}
+	st, err := s.wconn.PrepareContext(context.Background(), query)
+	if err != nil {
+		return nil, err
+	}
+	s.stmts[query] = st
+	return st, nil
+}
+
+// session returns the writer's view of a session, or not-found.
+func (tx *wtx) session(key rein.SessionKey) (*sessInfo, error) {
+	if si := tx.s.cache[key]; si != nil {
+		return si, nil
+	}
+	si := &sessInfo{histLen: -1}
+	err := tx.queryRow(`SELECT s.pk, coalesce((SELECT max(seq) FROM events WHERE session_pk = s.pk), 0), coalesce(l.token, 0)
+		FROM sessions s LEFT JOIN leases l ON l.session_pk = s.pk
+		WHERE s.owner = ? AND s.id = ?`, key.Owner, key.ID).Scan(&si.pk, &si.lastSeq, &si.lease)
+	if errors.Is(err, sql.ErrNoRows) {
+		return nil, notFound("session")
+	}
+	if err != nil {
+		return nil, err
+	}
+	if len(tx.s.cache) >= maxCache {
+		clear(tx.s.cache)
+	}
+	tx.s.cache[key] = si
+	return si, nil
+}
+
+// fenced returns the session after checking f against its current lease:
+// the rule of store.Fence.
+func (tx *wtx) fenced(key rein.SessionKey, f store.Fence) (*sessInfo, error) {
+	si, err := tx.session(key)
+	if err != nil {
+		return nil, err
+	}
+	if f.Token != 0 && f.Token != si.lease {
+		return nil, errLeaseLost()
+	}
+	return si, nil
+}
+
+// writer is the goroutine that owns the write connection. It takes the
+// first pending operation, then everything else already pending, and
+// commits them together: while one commit waits for fsync the next batch
+// accumulates, which is what makes many concurrent appends cost few
+// fsyncs.
+func (s *Store) writer() {
+	defer close(s.stopped)
+	batch := make([]*op, 0, maxBatch)
+	for {
+		batch = batch[:0]
+		select {
+		case o := <-s.ops:
+			batch = append(batch, o)
+		case <-s.closing:
+			s.failQueued()
+			return
+		}
+	fill:
+		for len(batch) < maxBatch {
+			select {
+			case o := <-s.ops:
+				batch = append(batch, o)
+			default:
+				break fill
+			}
+		}
+		s.runBatch(batch)
+	}
+}
+
+func (s *Store) failQueued() {
+	for {
+		select {
+		case o := <-s.ops:
+			o.done <- errClosed(s.file)
+		default:
+			return
+		}
+	}
+}
+
+func (s *Store) runBatch(batch []*op) {
+	bg := context.Background()
+	live := batch[:0:0]
+	for _, o := range batch {
+		if err := o.ctx.Err(); err != nil {
+			o.done <- err
+			continue
+		}
+		live = append(live, o)
+	}
+	if len(live) == 0 {
+		return
+	}
+	results := make([]error, len(live))
+	abort := func(err error) {
+		s.wconn.ExecContext(bg, "ROLLBACK")
+		clear(s.cache)
+		for i, o := range live {
+			if results[i] == nil {
+				results[i] = s.fail(o.doing, err)
+			}
+			o.wakes = nil
+		}
+	}
+	if _, err := s.wconn.ExecContext(bg, "BEGIN IMMEDIATE"); err != nil {
+		abort(err)
+		s.answer(live, results)
+		return
+	}
+	// A lone operation needs no savepoint: if it fails, the whole
+	// transaction is rolled back instead.
+	single := len(live) == 1
+	failed := false
+	for i, o := range live {
+		tx := &wtx{s: s, op: o, now: s.now()}
+		if single {
+			if err := o.fn(tx); err != nil {
+				results[i] = s.fail(o.doing, err)
+				failed = true
+			}
+			break
+		}
+		if o.atomic {
+			if err := o.fn(tx); err != nil {
+				results[i] = s.fail(o.doing, err)
+				o.wakes = nil
+				if !statementOnlyFailure(err) {
+					// Possibly more than the statement was undone (SQLite
+					// rolls back the transaction on I/O errors and a full
+					// disk): trust nothing of this batch.
+					abort(err)
+					s.answer(live, results)
+					return
+				}
+			}
+			continue
+		}
+		if _, err := s.wconn.ExecContext(bg, "SAVEPOINT op"); err != nil {
+			abort(err)
+			s.answer(live, results)
+			return
+		}
+		err := o.fn(tx)
+		if err != nil {
+			results[i] = s.fail(o.doing, err)
+			o.wakes = nil
+			if _, rbErr := s.wconn.ExecContext(bg, "ROLLBACK TO op"); rbErr != nil {
+				// SQLite rolled back the whole transaction itself (it
+				// does on I/O errors and a full disk): nothing of this
+				// batch survives.
+				abort(err)
+				s.answer(live, results)
+				return
+			}
+		}
+		if _, err := s.wconn.ExecContext(bg, "RELEASE op"); err != nil {
+			abort(err)
+			s.answer(live, results)
+			return
+		}
+	}
+	if single && failed {
+		s.wconn.ExecContext(bg, "ROLLBACK")
+		clear(s.cache)
+		s.answer(live, results)
+		return
+	}
+	if _, err := s.wconn.ExecContext(bg, "COMMIT"); err != nil {
+		abort(err)
+	}
+	s.answer(live, results)
+}
+
+// statementOnlyFailure reports whether err leaves the transaction as it
+// was before the failing statement: a refusal decided in Go before any
+// write, or a constraint violation, which SQLite undoes statement-wide.
+func statementOnlyFailure(err error) bool {
+	var se *msqlite.Error
+	if errors.As(err, &se) {
+		return se.Code()&0xff == sqlite3.SQLITE_CONSTRAINT
+	}
+	var re *rein.Error
+	return errors.As(err, &re) || errors.Is(err, rein.ErrLeaseLost)
+}
+
+// answer replies to every operation and, for those that committed, wakes
+// the sessions they appended to. Waking after the commit is what lets a
+// woken reader find the events.
+func (s *Store) answer(live []*op, results []error) {
+	for i, o := range live {
+		if results[i] == nil {
+			for _, key := range o.wakes {
+				s.waiters.publish(key)
+			}
+		}
+		o.done <- results[i]
+	}
+}
+
+// notifier wakes WaitEvents callers of a session when the writer commits
+// an append to it: one channel per watched session, closed and replaced on
+// every append. Sessions nobody watches cost nothing.
+type notifier struct {
+	mu      sync.Mutex
+	entries map[rein.SessionKey]*watch
+}
+
+type watch struct {
+	ch      chan struct{}
+	waiters int
+}
+
+// subscribe registers a waiter on key and returns the channel the next
+// append closes. The caller must read the log after subscribing (so an
+// append between its read and its wait is not missed) and call
+// unsubscribe when done.
+func (n *notifier) subscribe(key rein.SessionKey) <-chan struct{} {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if n.entries == nil {
+		n.entries = map[rein.SessionKey]*watch{}
+	}
+	w := n.entries[key]
+	if w == nil {
+		w = &watch{ch: make(chan struct{})}
+		n.entries[key] = w
+	}
+	w.waiters++
+	return w.ch
+}
+
+func (n *notifier) unsubscribe(key rein.SessionKey) {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if w := n.entries[key]; w != nil {
+		if w.waiters--; w.waiters == 0 {
+			delete(n.entries, key)
+		}
+	}
+}
+
+func (n *notifier) publish(key rein.SessionKey) {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if w := n.entries[key]; w != nil {
+		close(w.ch)
+		w.ch = make(chan struct{})
+	}
+}
