@@ -14,6 +14,7 @@ import (
 	"github.com/reinhq/rein"
 	"github.com/reinhq/rein/model"
 	"github.com/reinhq/rein/model/openai"
+	"github.com/reinhq/rein/tool"
 )
 
 // serve answers every request with status and body.
@@ -204,4 +205,43 @@ func TestNewValidatesConfig(t *testing.T) {
 	if err != nil || m.Name() != "ollama:llama3.2" {
 		t.Errorf("ollama: %v %v", m, err)
 	}
+}
+
+type weatherTool struct{}
+
+func (weatherTool) Spec() tool.Spec {
+	return tool.Spec{Name: "get_weather", InputSchema: json.RawMessage(`{"type":"object","properties":{"city":{"type":"string"}},"required":["city"]}`)}
+}
+
+func (weatherTool) Call(context.Context, tool.Call) (tool.Result, error) {
+	return tool.Result{Output: "sunny"}, nil
+}
+
+// TestBrokenArgumentsBecomeAnErrorResult follows arguments that are not
+// JSON from the wire to the tool registry: the call can be logged as an
+// event (its input is valid JSON), and the registry answers it with an
+// error result the model can read, instead of running the tool.
+func TestBrokenArgumentsBecomeAnErrorResult(t *testing.T) {
+	srv := serve(t, 200, sse(
+		`{"choices":[{"index":0,"delta":{"tool_calls":[{"index":0,"id":"call_1","type":"function","function":{"name":"get_weather","arguments":"{\"city\": \"Par"}}]}}]}`,
+		`{"choices":[{"index":0,"delta":{},"finish_reason":"length"}]}`,
+	))
+	got, err := all(open(t, srv, ""))
+	if err != nil || len(got) != 2 || got[0].Kind != model.ChunkToolCall {
+		t.Fatalf("%+v, %v", got, err)
+	}
+	tc := got[0].ToolCall
+	ev := rein.NewEvent(rein.EventToolUse, "run_1", rein.ToolUsePayload{RunID: "run_1", Step: 1, ToolUseID: tc.ID, Name: tc.Name, Input: tc.Input})
+	if !json.Valid(ev.Payload) {
+		t.Fatalf("event payload %s", ev.Payload)
+	}
+	reg, err := tool.NewRegistry(tool.RegistryOptions{}, weatherTool{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	res := reg.Execute(context.Background(), tool.Call{ID: tc.ID, Name: tc.Name, Input: tc.Input})
+	if !res.IsError || !strings.Contains(res.Output, "invalid input for tool get_weather") || res.Output == "sunny" {
+		t.Fatalf("registry answered %+v", res)
+	}
+	t.Logf("the model reads: %s", res.Output)
 }
