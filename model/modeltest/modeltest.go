@@ -457,6 +457,7 @@ func checkOutcome(t *testing.T, sc Scenario, r result) {
 		if r.text() == "" {
 			t.Errorf("no text before the failure; the recording should stream some first")
 		}
+		t.Logf("stream error: %v", r.err)
 		var me *model.Error
 		if !errors.As(r.err, &me) || !me.Streaming || me.Retryable {
 			t.Errorf("error %v (%T): want a *model.Error with Streaming set and Retryable unset", r.err, r.err)

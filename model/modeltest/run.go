@@ -142,6 +142,7 @@ func checkStatusError(t *testing.T, p Provider, sc Scenario, err error, rt *retr
 		t.Errorf("error status %d streaming %v, want %d before the stream", me.Status, me.Streaming, want)
 	}
 	msg := err.Error()
+	t.Logf("error: %s", msg)
 	infos := rt.all()
 	switch sc {
 	case ServerError:

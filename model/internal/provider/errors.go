@@ -1,6 +1,7 @@
 package provider
 
 import (
+	"encoding/json"
 	"errors"
 	"fmt"
 	"net"
@@ -101,7 +102,12 @@ func StreamError(provider, detail string, err error) *model.Error {
 	if detail != "" {
 		return &model.Error{Provider: provider, Streaming: true, Message: "the server reported an error mid-reply: " + oneLine(detail), Err: err}
 	}
-	return &model.Error{Provider: provider, Streaming: true, Message: "the reply stream broke: " + oneLine(err.Error()), Err: err}
+	what := "the reply stream broke: "
+	var syn *json.SyntaxError
+	if errors.As(err, &syn) {
+		what += "a data line is not valid JSON: "
+	}
+	return &model.Error{Provider: provider, Streaming: true, Message: what + oneLine(err.Error()), Err: err}
 }
 
 // StreamEnded is the error for a stream that ended cleanly but before the

@@ -101,6 +101,9 @@ func (p Policy) Do(ctx context.Context, try func(ctx context.Context) error) err
 		}
 		merr := p.Classify(at.Status, err)
 		if !merr.Retryable || retry >= p.MaxRetries {
+			if merr.Retryable && retry > 0 {
+				merr.Message += fmt.Sprintf(" (gave up after %d retries)", retry)
+			}
 			return merr
 		}
 		info := model.RetryInfo{Provider: p.Provider, Attempt: retry + 1, Status: at.Status, Wait: p.wait(retry+1, at.Header, time.Now()), Err: merr}
