@@ -4,6 +4,7 @@ import (
 	"context"
 	"database/sql"
 	"errors"
+	"runtime"
 	"sync"
 	"time"
 
@@ -196,6 +197,11 @@ func (s *Store) writer() {
 			s.failQueued()
 			return
 		}
+		// Callers answered by the last commit are runnable but may not
+		// have run yet (two cores, hundreds of goroutines); yielding once
+		// lets them enqueue, which measured as twice the operations per
+		// commit with 16 writers, for about a microsecond when alone.
+		runtime.Gosched()
 	fill:
 		for len(batch) < maxBatch {
 			select {
