@@ -7,6 +7,7 @@ import (
 	"maps"
 	"slices"
 	"strings"
+	"sync/atomic"
 
 	sdk "github.com/anthropics/anthropic-sdk-go/v2"
 	"github.com/anthropics/anthropic-sdk-go/v2/packages/ssestream"
@@ -31,6 +32,8 @@ type stream struct {
 	stopReason    string
 	ended         bool
 	err           error
+
+	closed atomic.Bool // set by Close, which may run while Recv blocks
 }
 
 type toolBuf struct {
@@ -48,6 +51,9 @@ func (s *stream) Recv() (model.Chunk, error) {
 	for {
 		if s.err != nil {
 			return model.Chunk{}, s.err
+		}
+		if s.closed.Load() {
+			return model.Chunk{}, s.fail(provider.ErrClosed(name))
 		}
 		if s.ctx.Err() != nil {
 			return model.Chunk{}, s.fail(provider.CtxErr(s.ctx, name))
@@ -72,6 +78,8 @@ func (s *stream) Recv() (model.Chunk, error) {
 func (s *stream) broken() {
 	err := s.sdk.Err()
 	switch {
+	case s.closed.Load():
+		s.fail(provider.ErrClosed(name))
 	case err == nil:
 		s.fail(provider.StreamEnded(name, "before message_stop"))
 	case s.ctx.Err() != nil:
@@ -190,13 +198,11 @@ func (s *stream) fail(err error) error {
 	return err
 }
 
-// Close releases the connection. Safe to call more than once; Recv after
-// Close fails.
+// Close releases the connection. It is safe to call more than once, and
+// while another goroutine is blocked in Recv, which then fails at once (the
+// body is closed under it); Recv after Close fails.
 func (s *stream) Close() error {
-	if s.err == nil {
-		s.err = provider.ErrClosed(name)
-		s.pending = nil
-	}
+	s.closed.Store(true)
 	_ = s.sdk.Close()
 	return nil
 }

@@ -7,6 +7,7 @@ import (
 	"io"
 	"slices"
 	"strings"
+	"sync/atomic"
 
 	oai "github.com/openai/openai-go/v3"
 	"github.com/openai/openai-go/v3/packages/ssestream"
@@ -33,6 +34,8 @@ type stream struct {
 	flushed   bool   // tool calls passed on
 	ended     bool   // the server ended the stream; pending holds the rest
 	err       error  // sticky: every Recv after a failure returns it
+
+	closed atomic.Bool // set by Close, which may run while Recv blocks
 }
 
 type callBuf struct {
@@ -50,6 +53,9 @@ func (s *stream) Recv() (model.Chunk, error) {
 	for {
 		if s.err != nil {
 			return model.Chunk{}, s.err
+		}
+		if s.closed.Load() {
+			return model.Chunk{}, s.fail(provider.ErrClosed(s.provider))
 		}
 		if s.ctx.Err() != nil {
 			return model.Chunk{}, s.fail(provider.CtxErr(s.ctx, s.provider))
@@ -74,6 +80,10 @@ func (s *stream) Recv() (model.Chunk, error) {
 // reason queues the tool calls (if not yet passed on), usage and finish;
 // anything else is an error.
 func (s *stream) end() {
+	if s.closed.Load() {
+		s.fail(provider.ErrClosed(s.provider))
+		return
+	}
 	if err := s.sdk.Err(); err != nil {
 		if s.ctx.Err() != nil {
 			s.fail(provider.CtxErr(s.ctx, s.provider))
@@ -199,13 +209,11 @@ func (s *stream) fail(err error) error {
 	return err
 }
 
-// Close releases the connection. Safe to call more than once; Recv after
-// Close fails.
+// Close releases the connection. It is safe to call more than once, and
+// while another goroutine is blocked in Recv, which then fails at once (the
+// body is closed under it); Recv after Close fails.
 func (s *stream) Close() error {
-	if s.err == nil {
-		s.err = provider.ErrClosed(s.provider)
-		s.pending = nil
-	}
+	s.closed.Store(true)
 	_ = s.sdk.Close()
 	return nil
 }

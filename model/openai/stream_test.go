@@ -6,10 +6,12 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/reinhq/rein"
 	"github.com/reinhq/rein/model"
@@ -244,4 +246,49 @@ func TestBrokenArgumentsBecomeAnErrorResult(t *testing.T) {
 		t.Fatalf("registry answered %+v", res)
 	}
 	t.Logf("the model reads: %s", res.Output)
+}
+
+// TestCloseUnblocksRecv: Close from another goroutine ends a Recv that is
+// waiting for the network.
+func TestCloseUnblocksRecv(t *testing.T) {
+	started := make(chan struct{})
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "text/event-stream")
+		w.WriteHeader(200)
+		w.(http.Flusher).Flush()
+		close(started)
+		<-r.Context().Done()
+	}))
+	defer srv.Close()
+	defer srv.Client().CloseIdleConnections()
+	m, err := openai.New(openai.Config{Model: "m", BaseURL: srv.URL, HTTPClient: srv.Client()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	s, err := m.Stream(context.Background(), &model.Request{Messages: []rein.Message{{Role: rein.RoleUser, Text: "x"}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	<-started
+	ch := make(chan error, 1)
+	go func() {
+		_, err := s.Recv()
+		ch <- err
+	}()
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+	timer := time.NewTimer(5 * time.Second)
+	defer timer.Stop()
+	select {
+	case err := <-ch:
+		if err == nil || errors.Is(err, io.EOF) {
+			t.Fatalf("Recv after Close = %v, want an error", err)
+		}
+	case <-timer.C:
+		t.Fatal("Recv still blocked 5s after Close")
+	}
+	if _, err := s.Recv(); !errors.Is(err, net.ErrClosed) {
+		t.Fatalf("Recv after Close = %v, want net.ErrClosed", err)
+	}
 }

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"log/slog"
 	"net/http"
 	"net/url"
 	"strings"
@@ -317,5 +318,26 @@ func TestCtxErrWrapsErrorAndCause(t *testing.T) {
 	}
 	if CtxErr(context.Background(), "p") != nil {
 		t.Fatal("CtxErr of a live context is not nil")
+	}
+}
+
+func TestEachRetryIsLogged(t *testing.T) {
+	var buf strings.Builder
+	logger := slog.New(slog.NewTextHandler(&buf, nil))
+	p := NewPolicy("openai", 2, time.Microsecond, time.Second, logger, nil)
+	p.Classify = func(status int, err error) *model.Error {
+		return Settings{Provider: "openai", Model: "m", BaseURL: "http://x"}.Classify(status, "", err)
+	}
+	_ = p.Do(context.Background(), func(ctx context.Context) error {
+		return statusErr(ctx, 500, http.Header{})
+	})
+	out := buf.String()
+	if n := strings.Count(out, "model request failed; retrying"); n != 2 {
+		t.Fatalf("%d retry log lines, want 2:\n%s", n, out)
+	}
+	for _, w := range []string{"level=WARN", "provider=openai", "attempt=1", "attempt=2", "status=500", "wait="} {
+		if !strings.Contains(out, w) {
+			t.Errorf("log lacks %q:\n%s", w, out)
+		}
 	}
 }
