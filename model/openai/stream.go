@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"errors"
 	"io"
-	"slices"
 	"strings"
 	"sync/atomic"
 
@@ -26,8 +25,8 @@ type stream struct {
 	sdk      *ssestream.Stream[oai.ChatCompletionChunk]
 
 	pending []model.Chunk // decoded, not yet returned
-	calls   map[int64]*callBuf
-	order   []int64 // call indexes in order of first appearance
+	calls   map[int64]*callBuf // the call each index is currently assembling
+	order   []*callBuf         // every call, in order of first appearance
 	usage   *rein.Usage
 
 	finishRaw string // the finish_reason, once seen
@@ -140,10 +139,12 @@ func (s *stream) decode(c oai.ChatCompletionChunk) {
 		}
 		for _, tc := range d.ToolCalls {
 			b := s.calls[tc.Index]
-			if b == nil {
+			if b == nil || (tc.ID != "" && b.id != "" && tc.ID != b.id) {
+				// A new call; a new id at a used index is a new call too
+				// (some servers number every call 0).
 				b = &callBuf{}
 				s.calls[tc.Index] = b
-				s.order = append(s.order, tc.Index)
+				s.order = append(s.order, b)
 			}
 			if tc.ID != "" {
 				b.id = tc.ID
@@ -169,10 +170,7 @@ func (s *stream) flushCalls() {
 		return
 	}
 	s.flushed = true
-	order := slices.Clone(s.order)
-	slices.Sort(order) // the API's index is the order the model made them in
-	for _, i := range order {
-		b := s.calls[i]
+	for _, b := range s.order {
 		callID := b.id
 		if callID == "" {
 			// Some compatible servers omit ids; a transcript needs one.
@@ -189,7 +187,7 @@ func (s *stream) flushCalls() {
 func (s *stream) finish() string {
 	switch s.finishRaw {
 	case "stop":
-		if len(s.calls) > 0 {
+		if len(s.order) > 0 {
 			return model.FinishToolCalls
 		}
 		return model.FinishStop

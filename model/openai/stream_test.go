@@ -292,3 +292,20 @@ func TestCloseUnblocksRecv(t *testing.T) {
 		t.Fatalf("Recv after Close = %v, want net.ErrClosed", err)
 	}
 }
+
+func TestCallsThatReuseIndexZero(t *testing.T) {
+	srv := serve(t, 200, sse(
+		`{"choices":[{"index":0,"delta":{"tool_calls":[{"index":0,"id":"call_a","function":{"name":"sleep","arguments":"{\"seconds\":"}}]}}]}`,
+		`{"choices":[{"index":0,"delta":{"tool_calls":[{"index":0,"function":{"arguments":"1}"}}]}}]}`,
+		`{"choices":[{"index":0,"delta":{"tool_calls":[{"index":0,"id":"call_b","function":{"name":"write_note","arguments":"{\"text\":\"hi\"}"}}]}}]}`,
+		`{"choices":[{"index":0,"delta":{},"finish_reason":"tool_calls"}]}`,
+	))
+	got, err := all(open(t, srv, ""))
+	if err != nil || len(got) != 3 {
+		t.Fatalf("%+v, %v", got, err)
+	}
+	a, b := got[0].ToolCall, got[1].ToolCall
+	if a.ID != "call_a" || string(a.Input) != `{"seconds":1}` || b.ID != "call_b" || string(b.Input) != `{"text":"hi"}` {
+		t.Fatalf("calls %+v %+v", a, b)
+	}
+}
