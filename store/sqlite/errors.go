@@ -43,6 +43,10 @@ func mapErr(file, doing string, err error) error {
 		case sqlite3.SQLITE_CORRUPT, sqlite3.SQLITE_NOTADB:
 			return rein.Errorf(rein.CodeInternal, "sqlite %s: %s: the database file is damaged: %w", file, doing, err)
 		case sqlite3.SQLITE_CONSTRAINT:
+			if se.Code() == sqlite3.SQLITE_CONSTRAINT_FOREIGNKEY {
+				// The row a write refers to (its session) is gone.
+				return rein.Errorf(rein.CodeNotFound, "sqlite %s: %s: session not found: %w", file, doing, err)
+			}
 			return rein.Errorf(rein.CodeConflict, "sqlite %s: %s: %w", file, doing, err)
 		}
 	}

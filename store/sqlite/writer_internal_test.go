@@ -141,3 +141,20 @@ func TestCancelledQueuedOperationIsSkipped(t *testing.T) {
 		t.Fatalf("a cancelled operation wrote %d sessions", n)
 	}
 }
+
+// Foreign keys are enforced, and a write referring to a missing session
+// reads as not found.
+func TestForeignKeyViolationIsNotFound(t *testing.T) {
+	s, err := Open(t.Context(), filepath.Join(t.TempDir(), "rein.db"), Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	err = s.write(t.Context(), "test", func(tx *wtx) error {
+		_, err := tx.exec(`INSERT INTO events (session_pk, seq, id, run_id, type, payload, created_at) VALUES (42, 1, 'e', '', 't', '{}', 0)`)
+		return err
+	})
+	if !errors.Is(err, rein.ErrNotFound) {
+		t.Fatalf("insert for a missing session = %v, want not found", err)
+	}
+}
