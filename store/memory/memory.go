@@ -13,6 +13,7 @@ package memory
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"encoding/json"
 	"slices"
@@ -311,7 +312,7 @@ func (s *Store) ListChildren(ctx context.Context, key rein.SessionKey) ([]*store
 		if c := a.rec.CreatedAt.Compare(b.rec.CreatedAt); c != 0 {
 			return c
 		}
-		return int(a.order - b.order)
+		return cmp.Compare(a.order, b.order)
 	})
 	out := make([]*store.Session, 0, len(kids))
 	for _, k := range kids {
