@@ -19,7 +19,9 @@ import (
 )
 
 // stream turns Messages API events into model.Chunks. It is used by one
-// goroutine at a time (model.Stream's contract), so it has no locks.
+// goroutine at a time (model.Stream's contract), so its state has no
+// locks; Close, which may come from another goroutine, only sets a flag and
+// closes the body.
 type stream struct {
 	ctx context.Context
 	sdk *ssestream.Stream[sdk.MessageStreamEventUnion]

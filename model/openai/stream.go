@@ -18,13 +18,15 @@ import (
 )
 
 // stream turns Chat Completions chunks into model.Chunks. It is used by one
-// goroutine at a time (model.Stream's contract), so it has no locks.
+// goroutine at a time (model.Stream's contract), so its state has no
+// locks; Close, which may come from another goroutine, only sets a flag and
+// closes the body.
 type stream struct {
 	ctx      context.Context
 	provider string
 	sdk      *ssestream.Stream[oai.ChatCompletionChunk]
 
-	pending []model.Chunk // decoded, not yet returned
+	pending []model.Chunk      // decoded, not yet returned
 	calls   map[int64]*callBuf // the call each index is currently assembling
 	order   []*callBuf         // every call, in order of first appearance
 	usage   *rein.Usage
