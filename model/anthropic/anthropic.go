@@ -107,6 +107,10 @@ func New(cfg Config) (*Model, error) {
 		option.WithHTTPClient(provider.Client(cfg.HTTPClient)),
 		option.WithMaxRetries(0),
 		option.WithAPIKey(cfg.APIKey),
+		// The SDK sends the key as a bearer token; the Messages API's
+		// documented header is x-api-key, which proxies and compatible
+		// servers check. Send both.
+		option.WithHeader("x-api-key", cfg.APIKey),
 	)
 	return m, nil
 }

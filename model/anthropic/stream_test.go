@@ -21,8 +21,9 @@ import (
 func serve(t *testing.T, status int, body string) *httptest.Server {
 	t.Helper()
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		// SDK v2 sends the key as a bearer token.
-		if r.Header.Get("Authorization") != "Bearer k" || r.Header.Get("Anthropic-Version") == "" {
+		// SDK v2 sends the key as a bearer token; we add the documented
+		// x-api-key header too.
+		if r.Header.Get("Authorization") != "Bearer k" || r.Header.Get("X-Api-Key") != "k" || r.Header.Get("Anthropic-Version") == "" {
 			http.Error(w, "missing key or anthropic-version", http.StatusTeapot)
 			return
 		}
