@@ -201,7 +201,7 @@ func TestStaleAndRepeatedStops(t *testing.T) {
 	sid := s.createSession("")
 	old := s.send("", sid, "quick", nil)["run_id"].(string)
 	s.completion("", sid, old)
-	cur := s.send("", sid, "long current", nil)["run_id"].(string)
+	cur := s.send("", sid, "long current", afterRun)["run_id"].(string)
 	s.waitEvent("", sid, is(rein.EventToolUse, cur))
 
 	if res := s.results("", sid, ev("user.interrupt", map[string]any{"run_id": old, "mode": "interrupt"}))[0]; res["accepted"] != false || res["run_id"] != old {
@@ -433,7 +433,7 @@ func TestToolConfirmation(t *testing.T) {
 	}
 
 	// Deny with the camelCase alias: the model sees the message verbatim.
-	run2 := s.send("", sid, "note second", nil)["run_id"].(string)
+	run2 := s.send("", sid, "note second", afterRun)["run_id"].(string)
 	req2 := s.waitEvent("", sid, is(rein.EventToolConfirmationRequested, run2))
 	id2 := payloadOf(t, req2)["tool_use_id"].(string)
 	s.results("", sid, ev("user.tool_confirmation", map[string]any{"tool_use_id": id2, "allow": false, "denyMessage": "not today"}))

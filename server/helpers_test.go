@@ -253,6 +253,14 @@ func (s *stack) results(token, sid string, events ...map[string]any) []map[strin
 	return v.Results
 }
 
+// afterRun is the when_busy of a message sent right after a run's
+// session.run_completed was seen: the sessions service appends that event
+// before it releases the session's lane and lease, so for a moment the
+// session can still be busy and "reject" could answer session_busy
+// (reported to the service's owner). Enqueue is the same run a moment
+// later.
+var afterRun = map[string]any{"when_busy": "enqueue"}
+
 // send posts one user.message and returns its result.
 func (s *stack) send(token, sid, text string, extra map[string]any) map[string]any {
 	s.t.Helper()

@@ -25,7 +25,7 @@ func TestStreamReplayThenLive(t *testing.T) {
 	if len(replayed) != len(before)-2 || replayed[0].Seq != 3 {
 		t.Fatalf("replay after=2 gave %d events from seq %d; log has %d", len(replayed), replayed[0].Seq, len(before))
 	}
-	second := s.send("", sid, "two", nil)["run_id"].(string)
+	second := s.send("", sid, "two", afterRun)["run_id"].(string)
 	live := st.until(is(rein.EventRunCompleted, second))
 	got := append(replayed, live...)
 	all := s.events("", sid)
