@@ -37,7 +37,12 @@ const drainSlack = 30 * time.Second
 // shutdown, the drain's error if the drain could not finish cleanly, or
 // the error that stopped the listener.
 func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
-	if err := s.svc.Start(ctx); err != nil {
+	// A signal during startup still gets the graceful sequence below, so
+	// starting does not hang on ctx.
+	startCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
+	err := s.svc.Start(startCtx)
+	cancel()
+	if err != nil {
 		ln.Close()
 		return fmt.Errorf("server: start the sessions service: %w", err)
 	}

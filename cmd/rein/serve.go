@@ -1,0 +1,128 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"log/slog"
+	"net"
+	"os/signal"
+	"syscall"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+
+	"github.com/reinhq/rein/server"
+)
+
+// cmdServe is `rein serve`: the HTTP API of SPEC §3 on one listener until
+// SIGINT or SIGTERM, then a graceful shutdown (exit 0).
+func cmdServe(ctx context.Context, args []string, io stdio) int {
+	fs := flag.NewFlagSet("rein serve", flag.ContinueOnError)
+	fs.SetOutput(io.err)
+	fs.Usage = func() {
+		fmt.Fprintln(io.err, "Usage: rein serve [flags]\n\nServes Rein's HTTP API (sessions, runs, events, SSE) until SIGINT or SIGTERM,\nthen shuts down gracefully: running runs are interrupted (cancelled after\n--drain-timeout), queued runs stay queued for the next start.\nEvery flag can also be set by its REIN_* environment variable (--drain-timeout → REIN_DRAIN_TIMEOUT).\n\nFlags:")
+		fs.PrintDefaults()
+	}
+	addr := fs.String("addr", "127.0.0.1:8080", "address to listen on; without --tokens only a loopback address is allowed")
+	storeSpec := fs.String("store", "sqlite:./rein.db", "where to keep sessions: sqlite:PATH, postgres://... or memory:")
+	modelName := fs.String("model", "demo", "model: demo, scripted:PATH, openai:NAME, ollama:NAME, anthropic:NAME")
+	tokensPath := fs.String("tokens", "", "tokens file: one \"TOKEN OWNER\" per line, # comments (none: single-user mode, owner \"local\")")
+	var confirm optionalString
+	fs.Var(&confirm, "confirm", "comma-separated tools that need confirmation (replaces the default set; \"\" for none)")
+	drain := fs.Duration("drain-timeout", 10*time.Second, "on shutdown, how long interrupted runs may take before they are cancelled")
+	workspace := fs.String("workspace", "./rein-workspace", "directory for files tools write")
+	leaseTTL := fs.Duration("lease-ttl", 15*time.Second, "turn lease TTL: a run of a lost instance is recorded failed within this long")
+	if err := parseFlags(fs, args, io.lookupEnv); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return 0
+		}
+		fmt.Fprintln(io.err, "rein serve:", err)
+		return exitUsage
+	}
+	if fs.NArg() > 0 {
+		fmt.Fprintf(io.err, "rein serve: unexpected arguments %q\n", fs.Args())
+		return exitUsage
+	}
+	if *drain <= 0 || *leaseTTL <= 0 {
+		fmt.Fprintln(io.err, "rein serve: --drain-timeout and --lease-ttl must be positive")
+		return exitUsage
+	}
+	logger := slog.New(slog.NewTextHandler(io.err, nil))
+
+	var tokens map[string]string
+	if *tokensPath != "" {
+		var err error
+		if tokens, err = server.LoadTokens(*tokensPath); err != nil {
+			fmt.Fprintln(io.err, "rein serve: --tokens:", err)
+			return exitUsage
+		}
+	}
+	// Check the address before opening anything, and again once bound
+	// (a host name may resolve to anything).
+	if len(tokens) == 0 && !loopbackAddr(*addr) {
+		fmt.Fprintf(io.err, "rein serve: refusing to listen on %s without --tokens: single-user mode (no tokens) serves every request as owner %q, so it only listens on a loopback address such as 127.0.0.1:8080\n", *addr, server.LocalOwner)
+		return exitUsage
+	}
+
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	metrics, err := server.NewMetrics(reg)
+	if err != nil {
+		fmt.Fprintln(io.err, "rein serve:", err)
+		return exitFailed
+	}
+	svc, st, err := buildRuntime(ctx, runtimeOptions{
+		Store: *storeSpec, Model: *modelName, Confirm: confirm.confirm(), Workspace: *workspace,
+		LeaseTTL: *leaseTTL, Logger: logger, Observer: metrics, LookupEnv: io.lookupEnv,
+	})
+	if err != nil {
+		fmt.Fprintln(io.err, "rein serve:", err)
+		return exitUsage
+	}
+	defer st.Close()
+	srv, err := server.New(server.Config{Service: svc, Tokens: tokens, Logger: logger, Metrics: metrics, DrainTimeout: *drain})
+	if err != nil {
+		fmt.Fprintln(io.err, "rein serve:", err)
+		return exitFailed
+	}
+	ln, err := net.Listen("tcp", *addr)
+	if err != nil {
+		fmt.Fprintln(io.err, "rein serve:", err)
+		return exitFailed
+	}
+	if tcp, ok := ln.Addr().(*net.TCPAddr); len(tokens) == 0 && (!ok || !tcp.IP.IsLoopback()) {
+		ln.Close()
+		fmt.Fprintf(io.err, "rein serve: refusing %s (bound to %s) without --tokens: single-user mode only listens on a loopback address\n", *addr, ln.Addr())
+		return exitUsage
+	}
+	mode := "tokens"
+	if len(tokens) == 0 {
+		mode = "single-user (owner " + server.LocalOwner + ")"
+	}
+	logger.Info("rein serve listening", "url", "http://"+ln.Addr().String(), "store", *storeSpec, "model", *modelName, "auth", mode)
+
+	sigCtx, stop := signal.NotifyContext(ctx, syscall.SIGINT, syscall.SIGTERM)
+	defer stop()
+	if err := srv.Serve(sigCtx, ln); err != nil {
+		fmt.Fprintln(io.err, "rein serve:", err)
+		return exitFailed
+	}
+	return 0
+}
+
+// loopbackAddr reports whether a listen address names only the loopback
+// interface. An empty host (":8080") means every interface: not loopback.
+func loopbackAddr(addr string) bool {
+	host, _, err := net.SplitHostPort(addr)
+	if err != nil {
+		return false
+	}
+	if host == "localhost" {
+		return true
+	}
+	ip := net.ParseIP(host)
+	return ip != nil && ip.IsLoopback()
+}
