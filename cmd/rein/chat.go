@@ -1,0 +1,501 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"os"
+	"os/signal"
+	"slices"
+	"strings"
+	"sync"
+
+	"github.com/reinhq/rein"
+	"github.com/reinhq/rein/client"
+)
+
+func cmdChat(ctx context.Context, args []string, io stdio) int {
+	sigs := make(chan os.Signal, 1)
+	signal.Notify(sigs, os.Interrupt)
+	defer signal.Stop(sigs)
+	return runChat(ctx, args, io, sigs)
+}
+
+const chatHelp = `Type a message and press Enter to send it; replies stream as they arrive.
+A message sent while a run is working waits in the queue.
+  /supplement TEXT         add a note the running agent reads at its next step
+  /approve [TOOL_USE_ID]   allow a tool call waiting for confirmation
+  /deny [TOOL_USE_ID] [MESSAGE]  deny it (the agent is told MESSAGE)
+  /stop                    stop the current run (same as Ctrl-C)
+  /system TEXT             set the system prompt for later runs
+  /status                  show the session's state and queue
+  /help                    show this help
+  /quit                    leave (runs keep going on the server)
+Ctrl-C stops the current run (a second Ctrl-C cancels it); with nothing
+running it leaves. At the end of input the chat waits for its runs to end.
+A line starting with // sends the rest, starting with /, as a message.`
+
+// runChat is cmdChat with the interrupts coming from sigs, so that tests
+// can press Ctrl-C.
+func runChat(ctx context.Context, args []string, io stdio, sigs <-chan os.Signal) int {
+	fs := flag.NewFlagSet("rein chat", flag.ContinueOnError)
+	fs.SetOutput(io.err)
+	fs.Usage = func() {
+		fmt.Fprintln(io.err, "Usage: rein chat [--server URL] [--token T] [--session ID]\n\nChats with a Rein server in the terminal. Without --session a new session is\ncreated and its id is printed to stderr.\n\n"+chatHelp+"\n\nFlags:")
+		fs.PrintDefaults()
+	}
+	rf := addRemoteFlags(fs, "the session to chat in (default: create one and print its id to stderr)")
+	if err := parseFlags(fs, args, io.lookupEnv); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return 0
+		}
+		fmt.Fprintln(io.err, "rein chat:", err)
+		return exitUsage
+	}
+	if fs.NArg() > 0 {
+		fmt.Fprintln(io.err, "rein chat: unexpected arguments:", fs.Args())
+		return exitUsage
+	}
+	c := rf.client()
+	sid, err := ensureSession(ctx, c, rf, io)
+	if err != nil {
+		fmt.Fprintln(io.err, "rein chat:", describeError(err, *rf.server, *rf.session))
+		return exitFailed
+	}
+	info, err := c.GetSession(ctx, sid)
+	if err != nil {
+		fmt.Fprintln(io.err, "rein chat:", describeError(err, *rf.server, sid))
+		return exitFailed
+	}
+	ch := &chat{
+		c: c, sid: sid, server: *rf.server, io: io,
+		showAfter: info.LastSeq,
+		mine:      map[string]bool{},
+		open:      map[string]bool{},
+		stops:     map[string]int{},
+		reply:     &replyPrinter{w: io.out},
+	}
+	fmt.Fprintln(io.err, "chatting in session "+sid+"; /help for commands")
+	return ch.loop(ctx, sigs)
+}
+
+// chat is the state of one terminal chat. Everything it shows comes from
+// the session's event stream; only the main loop touches it, so it needs
+// no locks.
+type chat struct {
+	c      *client.Client
+	sid    string
+	server string
+	io     stdio
+	ctx    context.Context
+
+	// showAfter: events up to this seq happened before the chat began.
+	// They are replayed silently so that the state below (current run,
+	// queue, waiting confirmations) is exact, then shown from here on.
+	showAfter int64
+
+	running string   // the run running now, "" when none
+	queued  []string // queued runs, next first
+	// pending are tool calls waiting for confirmation, oldest first.
+	pending []rein.ToolConfirmationRequestedPayload
+	// mine are runs this chat started; open those of them not yet ended
+	// (at the end of input the chat waits for them).
+	mine map[string]bool
+	open map[string]bool
+	// stops counts the stop requests sent per run: the first interrupts,
+	// the second cancels.
+	stops map[string]int
+	reply *replyPrinter
+}
+
+// loop runs the chat until /quit, Ctrl-C with nothing running, or the
+// end of input once its runs have ended.
+func (ch *chat) loop(ctx context.Context, sigs <-chan os.Signal) int {
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	ch.ctx = ctx
+	stream := ch.c.Stream(ctx, ch.sid, 0)
+	defer stream.Close()
+	type item struct {
+		ev  rein.Event
+		err error
+	}
+	events := make(chan item)
+	var wg sync.WaitGroup
+	defer wg.Wait()
+	defer cancel()
+	wg.Go(func() {
+		for {
+			ev, err := stream.Next()
+			select {
+			case events <- item{ev, err}:
+			case <-ctx.Done():
+				return
+			}
+			if err != nil {
+				return
+			}
+		}
+	})
+	// Input waits until the silent replay of the session's past is done,
+	// so that the first command already sees the current run and any
+	// tool call waiting for confirmation.
+	input := readLines(ctx, ch.io.in)
+	var lines <-chan string
+	if ch.showAfter == 0 {
+		lines = input
+	}
+	inputEnded := false
+	for {
+		if inputEnded && len(ch.open) == 0 {
+			return 0
+		}
+		select {
+		case line, ok := <-lines:
+			if !ok {
+				lines, inputEnded = nil, true
+				if n := len(ch.open); n > 0 {
+					ch.status(fmt.Sprintf("[end of input: waiting for %d run(s) to end; Ctrl-C stops the current one]", n))
+				}
+				continue
+			}
+			if ch.command(line) {
+				return 0
+			}
+		case it := <-events:
+			if it.err != nil {
+				if ctx.Err() != nil {
+					return exitCancelled
+				}
+				ch.status("rein chat: " + describeError(it.err, ch.server, ch.sid))
+				return exitFailed
+			}
+			ch.event(it.ev)
+			if lines == nil && !inputEnded && it.ev.Seq >= ch.showAfter {
+				lines = input
+			}
+		case <-sigs:
+			if ch.running == "" {
+				ch.reply.endLine()
+				return 0
+			}
+			ch.stop(ch.running)
+		case <-ctx.Done():
+			return exitCancelled
+		}
+	}
+}
+
+// status prints a status line, ending any streamed text first.
+func (ch *chat) status(s string) {
+	ch.reply.endLine()
+	fmt.Fprintln(ch.io.out, s)
+}
+
+func (ch *chat) fail(err error) {
+	ch.status("[error: " + describeError(err, ch.server, ch.sid) + "]")
+}
+
+// command handles one line of input and reports whether to quit.
+func (ch *chat) command(line string) bool {
+	line = strings.TrimSpace(line)
+	if line == "" {
+		return false
+	}
+	if !strings.HasPrefix(line, "/") || strings.HasPrefix(line, "//") {
+		ch.send(strings.TrimPrefix(line, "/"))
+		return false
+	}
+	name, rest, _ := strings.Cut(line, " ")
+	rest = strings.TrimSpace(rest)
+	switch name {
+	case "/quit", "/exit":
+		ch.reply.endLine()
+		return true
+	case "/help":
+		ch.status(chatHelp)
+	case "/status":
+		ch.showStatus()
+	case "/stop":
+		if ch.running == "" {
+			ch.status("[nothing is running]")
+		} else {
+			ch.stop(ch.running)
+		}
+	case "/supplement":
+		if rest == "" {
+			ch.status("[usage: /supplement TEXT]")
+			return false
+		}
+		if _, err := ch.c.Supplement(ch.ctx, ch.sid, client.Supplement{Text: rest}); err != nil {
+			ch.fail(err)
+		}
+	case "/system":
+		if rest == "" {
+			ch.status("[usage: /system TEXT]")
+			return false
+		}
+		if err := ch.c.SetSystem(ch.ctx, ch.sid, rest); err != nil {
+			ch.fail(err)
+		}
+	case "/approve", "/deny":
+		ch.confirm(name == "/approve", rest)
+	default:
+		ch.status("[unknown command " + name + "; /help lists them]")
+	}
+	return false
+}
+
+// send posts a user message; a busy session queues it.
+func (ch *chat) send(text string) {
+	res, err := ch.c.SendMessage(ch.ctx, ch.sid, client.Message{Text: text, WhenBusy: client.WhenBusyEnqueue})
+	if err != nil {
+		ch.fail(err)
+		return
+	}
+	ch.mine[res.RunID] = true
+	if !res.Status.Terminal() {
+		ch.open[res.RunID] = true
+	}
+	// The run is current as soon as the server says so, before its
+	// run_started arrives: a Ctrl-C right after Enter stops this run.
+	if res.Status == rein.StatusRunning && ch.running == "" {
+		ch.running = res.RunID
+	}
+}
+
+// stop stops one run by its id: first cooperatively, then at once. It
+// never stops "whatever is current" on the server, so a run that started
+// in the meantime is never hit by a stop meant for its predecessor.
+func (ch *chat) stop(runID string) {
+	ch.stops[runID]++
+	mode := client.ModeInterrupt
+	if ch.stops[runID] > 1 {
+		mode = client.ModeCancel
+	}
+	res, err := ch.c.StopRun(ch.ctx, ch.sid, runID, mode)
+	switch {
+	case err != nil:
+		ch.fail(err)
+	case !res.Accepted:
+		ch.status("[run " + runID + " had already ended]")
+	case mode == client.ModeInterrupt:
+		ch.status("[interrupting run " + runID + "; Ctrl-C again cancels it]")
+	default:
+		ch.status("[cancelling run " + runID + "]")
+	}
+}
+
+// confirm answers a waiting tool call: "/approve [ID]", "/deny [ID] [MSG]".
+func (ch *chat) confirm(allow bool, rest string) {
+	verb := "/deny"
+	if allow {
+		verb = "/approve"
+	}
+	if len(ch.pending) == 0 {
+		ch.status("[no tool call is waiting for confirmation]")
+		return
+	}
+	first, msg, _ := strings.Cut(rest, " ")
+	var target *rein.ToolConfirmationRequestedPayload
+	for i := range ch.pending {
+		if ch.pending[i].ToolUseID == first {
+			target = &ch.pending[i]
+			msg = strings.TrimSpace(msg)
+		}
+	}
+	if target == nil {
+		if len(ch.pending) > 1 {
+			ch.status("[several tool calls are waiting; say which: " + verb + " TOOL_USE_ID]")
+			ch.listPending()
+			return
+		}
+		target, msg = &ch.pending[0], rest
+	}
+	if allow && msg != "" {
+		ch.status("[no tool call " + first + " is waiting]")
+		ch.listPending()
+		return
+	}
+	tc := client.ToolConfirmation{ToolUseID: target.ToolUseID, Allow: allow, DenyMessage: msg}
+	if _, err := ch.c.ConfirmTool(ch.ctx, ch.sid, tc); err != nil {
+		if errors.Is(err, rein.ErrConflict) || errors.Is(err, rein.ErrNotFound) {
+			ch.status("[tool call " + tc.ToolUseID + " is no longer waiting]")
+			ch.dropPending(tc.ToolUseID)
+			return
+		}
+		ch.fail(err)
+	}
+}
+
+func (ch *chat) listPending() {
+	for _, p := range ch.pending {
+		ch.status(fmt.Sprintf("  %s  %s %s", p.ToolUseID, p.Name, oneLine(compact(p.Input), 120)))
+	}
+}
+
+func (ch *chat) dropPending(toolUseID string) {
+	ch.pending = slices.DeleteFunc(ch.pending, func(p rein.ToolConfirmationRequestedPayload) bool { return p.ToolUseID == toolUseID })
+}
+
+func (ch *chat) showStatus() {
+	s, err := ch.c.GetSession(ch.ctx, ch.sid)
+	if err != nil {
+		ch.fail(err)
+		return
+	}
+	line := "[session " + s.ID + ": " + s.State
+	if s.CurrentRunID != "" {
+		line += "; running " + s.CurrentRunID
+	}
+	if len(s.QueuedRunIDs) > 0 {
+		line += "; queued " + strings.Join(s.QueuedRunIDs, ", ")
+	}
+	line += fmt.Sprintf("; %d events]", s.LastSeq)
+	ch.status(line)
+	if len(ch.pending) > 0 {
+		ch.status("[waiting for confirmation:]")
+		ch.listPending()
+	}
+}
+
+// queueNote is " (N queued)" when runs wait, for status lines.
+func (ch *chat) queueNote() string {
+	if len(ch.queued) == 0 {
+		return ""
+	}
+	return fmt.Sprintf(" (%d queued)", len(ch.queued))
+}
+
+// event updates the state from one event and shows it unless it predates
+// the chat.
+func (ch *chat) event(e rein.Event) {
+	show := e.Seq > ch.showAfter
+	switch e.Type {
+	case rein.EventUserMessage:
+		var p rein.UserMessagePayload
+		if show && !ch.mine[e.RunID] && e.DecodePayload(&p) == nil {
+			ch.status("> " + p.Text)
+		}
+	case rein.EventRunQueued:
+		var p rein.RunQueuedPayload
+		if e.DecodePayload(&p) != nil {
+			return
+		}
+		// position 1 = next: a when_busy=interrupt message jumps the queue.
+		i := min(max(p.Position-1, 0), len(ch.queued))
+		ch.queued = slices.Insert(slices.DeleteFunc(ch.queued, func(id string) bool { return id == e.RunID }), i, e.RunID)
+		if show {
+			ch.status(fmt.Sprintf("[run %s queued (position %d)]", e.RunID, p.Position))
+		}
+	case rein.EventRunStarted:
+		ch.running = e.RunID
+		ch.queued = slices.DeleteFunc(ch.queued, func(id string) bool { return id == e.RunID })
+		if show {
+			ch.status("[run " + e.RunID + " running" + ch.queueNote() + "]")
+		}
+	case rein.EventMessageDelta:
+		var p rein.MessageDeltaPayload
+		if show && e.DecodePayload(&p) == nil {
+			ch.reply.delta(p.Step, p.Text)
+		}
+	case rein.EventMessage:
+		var p rein.MessagePayload
+		if show && e.DecodePayload(&p) == nil {
+			ch.reply.final(p.Text)
+		}
+	case rein.EventToolUse:
+		var p rein.ToolUsePayload
+		if show && e.DecodePayload(&p) == nil {
+			ch.status("[tool " + p.Name + " " + oneLine(compact(p.Input), 200) + "]")
+		}
+	case rein.EventToolResult:
+		var p rein.ToolResultPayload
+		if show && e.DecodePayload(&p) == nil {
+			kind := "result"
+			if p.IsError {
+				kind = "error"
+			}
+			ch.status("[tool " + kind + ": " + oneLine(p.Output, 200) + "]")
+		}
+	case rein.EventToolConfirmationRequested:
+		var p rein.ToolConfirmationRequestedPayload
+		if e.DecodePayload(&p) != nil {
+			return
+		}
+		ch.pending = append(ch.pending, p)
+		if show {
+			hint := "/approve or /deny [MESSAGE]"
+			if len(ch.pending) > 1 {
+				hint = "/approve " + p.ToolUseID + " or /deny " + p.ToolUseID + " [MESSAGE]"
+			}
+			ch.status(fmt.Sprintf("[confirm tool %s %s (%s): %s]", p.Name, oneLine(compact(p.Input), 200), p.ToolUseID, hint))
+		}
+	case rein.EventUserToolConfirmation:
+		var p rein.UserToolConfirmationPayload
+		if e.DecodePayload(&p) != nil {
+			return
+		}
+		ch.dropPending(p.ToolUseID)
+		if show {
+			if p.Allow {
+				ch.status("[" + p.ToolUseID + " approved]")
+			} else {
+				msg := ""
+				if p.DenyMessage != nil && *p.DenyMessage != "" {
+					msg = ": " + *p.DenyMessage
+				}
+				ch.status("[" + p.ToolUseID + " denied" + msg + "]")
+			}
+		}
+	case rein.EventUserSupplement:
+		var p rein.SupplementPayload
+		if show && e.DecodePayload(&p) == nil {
+			ch.status("[note " + p.SupplementID + " queued: " + oneLine(p.Text, 200) + "]")
+		}
+	case rein.EventSupplementConsumed:
+		var p rein.SupplementConsumedPayload
+		if show && e.DecodePayload(&p) == nil {
+			ch.status(fmt.Sprintf("[note %s read by run %s at step %d]", p.SupplementID, p.RunID, p.Step))
+		}
+	case rein.EventUserInterrupt:
+		var p rein.UserInterruptPayload
+		// This chat's own stops are reported when they are answered.
+		if show && e.DecodePayload(&p) == nil && p.RunID != nil && ch.stops[*p.RunID] == 0 && p.Accepted {
+			ch.status("[run " + *p.RunID + " stopped by another client (" + p.Mode + ")]")
+		}
+	case rein.EventSystemMessage:
+		if show {
+			ch.status("[system prompt set for later runs]")
+		}
+	case rein.EventRunCompleted:
+		var p rein.RunCompletedPayload
+		if e.DecodePayload(&p) != nil {
+			return
+		}
+		if ch.running == e.RunID {
+			ch.running = ""
+		}
+		ch.queued = slices.DeleteFunc(ch.queued, func(id string) bool { return id == e.RunID })
+		ch.pending = slices.DeleteFunc(ch.pending, func(q rein.ToolConfirmationRequestedPayload) bool { return q.RunID == e.RunID })
+		delete(ch.open, e.RunID)
+		if show {
+			line := fmt.Sprintf("[run %s %s: %s", e.RunID, strings.ToLower(string(p.Status)), p.Reason)
+			if p.Error != "" {
+				line += ": " + oneLine(p.Error, 200)
+			}
+			ch.status(line + ch.queueNote() + "]")
+		}
+	case rein.EventSubagentStarted:
+		var p rein.SubagentStartedPayload
+		if show && e.DecodePayload(&p) == nil {
+			ch.status("[subagent " + p.ChildID + " started]")
+		}
+	case rein.EventSubagentCompleted:
+		var p rein.SubagentCompletedPayload
+		if show && e.DecodePayload(&p) == nil {
+			ch.status(fmt.Sprintf("[subagent %s %s: %s]", p.ChildID, strings.ToLower(string(p.Status)), p.Reason))
+		}
+	}
+}
