@@ -42,7 +42,7 @@ type stack struct {
 }
 
 // newStack starts a server. tokens nil is single-user mode.
-func newStack(t *testing.T, tokens map[string]string) *stack {
+func newStack(t testing.TB, tokens map[string]string) *stack {
 	t.Helper()
 	m, err := scripted.Open("testdata/script.yaml")
 	if err != nil {
@@ -106,7 +106,7 @@ func (s *stack) requests(suffix string) []*http.Request {
 	return out
 }
 
-func ctxT(t *testing.T) context.Context {
+func ctxT(t testing.TB) context.Context {
 	ctx, cancel := context.WithTimeout(t.Context(), testTimeout)
 	t.Cleanup(cancel)
 	return ctx
@@ -189,7 +189,7 @@ func allEvents(t *testing.T, c *client.Client, sid string, limit int) []rein.Eve
 	}
 }
 
-func newSession(t *testing.T, c *client.Client) string {
+func newSession(t testing.TB, c *client.Client) string {
 	t.Helper()
 	s, err := c.CreateSession(ctxT(t), client.CreateSessionRequest{})
 	if err != nil {
@@ -777,4 +777,50 @@ func TestE2EOwnerIsolation(t *testing.T) {
 			t.Fatalf("bob's request reached alice's log: %+v", e)
 		}
 	}
+}
+
+
+// BenchmarkStreamReplay reads a stored log of 10,000 events through the
+// client: over SSE with Stream, and page by page with ListEvents.
+func BenchmarkStreamReplay(b *testing.B) {
+	const n = 10000
+	s := newStack(b, nil)
+	c := s.client("")
+	sid := newSession(b, c)
+	ctx := ctxT(b)
+	for i := range n / 100 {
+		batch := make([]client.EventInput, 100)
+		for j := range batch {
+			batch[j] = client.EventInput{Type: rein.EventSystemMessage, Payload: rein.SystemMessagePayload{Text: fmt.Sprintf("system prompt number %d", i*100+j)}}
+		}
+		if _, err := c.PostEvents(ctx, sid, batch); err != nil {
+			b.Fatal(err)
+		}
+	}
+	b.Run("Stream", func(b *testing.B) {
+		for b.Loop() {
+			st := c.Stream(ctx, sid, 0)
+			for range n {
+				if _, err := st.Next(); err != nil {
+					b.Fatal(err)
+				}
+			}
+			st.Close()
+		}
+		b.ReportMetric(float64(n*b.N)/b.Elapsed().Seconds(), "events/s")
+	})
+	b.Run("ListEvents", func(b *testing.B) {
+		for b.Loop() {
+			got := 0
+			for after := int64(0); got < n; {
+				evs, _, err := c.ListEvents(ctx, sid, after, 1000)
+				if err != nil {
+					b.Fatal(err)
+				}
+				got += len(evs)
+				after = evs[len(evs)-1].Seq
+			}
+		}
+		b.ReportMetric(float64(n*b.N)/b.Elapsed().Seconds(), "events/s")
+	})
 }

@@ -66,8 +66,6 @@ type EventStream struct {
 	connCancel context.CancelFunc
 	idleTimer  *time.Timer
 
-	// connects counts connections that were answered with a stream.
-	connects int
 	// failures counts consecutive attempts that ended without delivering
 	// a new event; it drives the backoff and resets on progress.
 	failures int
@@ -361,7 +359,6 @@ func (s *EventStream) connect() error {
 		ccancel()
 		return context.Cause(s.ctx)
 	}
-	s.connects++
 	s.progressed = false
 	s.body = resp.Body
 	s.connCancel = ccancel
