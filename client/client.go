@@ -64,12 +64,14 @@ type Backoff struct {
 	Max     time.Duration
 }
 
-// DefaultBackoff is the reconnection backoff of a Client without
-// WithBackoff.
-var DefaultBackoff = Backoff{Initial: 200 * time.Millisecond, Max: 5 * time.Second}
+// The reconnection backoff of a Client without WithBackoff.
+const (
+	DefaultBackoffInitial = 200 * time.Millisecond
+	DefaultBackoffMax     = 5 * time.Second
+)
 
 // WithBackoff sets the event streams' reconnection backoff. Zero fields
-// take DefaultBackoff's values.
+// take the defaults (DefaultBackoffInitial, DefaultBackoffMax).
 func WithBackoff(b Backoff) Option { return func(c *Client) { c.backoff = b } }
 
 // DefaultIdleTimeout is how long an event stream waits without receiving
@@ -86,7 +88,7 @@ func WithIdleTimeout(d time.Duration) Option { return func(c *Client) { c.idle =
 // example "http://127.0.0.1:8080"; the /api prefix is added by the
 // client). A malformed baseURL is reported by the first call.
 func New(baseURL string, opts ...Option) *Client {
-	c := &Client{base: strings.TrimRight(baseURL, "/"), hc: &http.Client{}, backoff: DefaultBackoff, idle: DefaultIdleTimeout}
+	c := &Client{base: strings.TrimRight(baseURL, "/"), hc: &http.Client{}, idle: DefaultIdleTimeout}
 	for _, o := range opts {
 		o(c)
 	}
@@ -94,10 +96,10 @@ func New(baseURL string, opts ...Option) *Client {
 		c.hc = &http.Client{}
 	}
 	if c.backoff.Initial <= 0 {
-		c.backoff.Initial = DefaultBackoff.Initial
+		c.backoff.Initial = DefaultBackoffInitial
 	}
 	if c.backoff.Max <= 0 {
-		c.backoff.Max = DefaultBackoff.Max
+		c.backoff.Max = DefaultBackoffMax
 	}
 	if c.backoff.Max < c.backoff.Initial {
 		c.backoff.Max = c.backoff.Initial
