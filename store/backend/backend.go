@@ -6,6 +6,7 @@
 //
 //	""            the default: sqlite:./rein.db
 //	sqlite:PATH   the embedded SQLite file at PATH (created if missing)
+//	postgres://…  PostgreSQL (also postgresql://…), for many instances
 //	memory:       an in-memory store (tests and the offline demo; nothing survives)
 package backend
 
@@ -16,6 +17,7 @@ import (
 	"github.com/reinhq/rein"
 	"github.com/reinhq/rein/store"
 	"github.com/reinhq/rein/store/memory"
+	"github.com/reinhq/rein/store/postgres"
 	"github.com/reinhq/rein/store/sqlite"
 )
 
@@ -44,6 +46,12 @@ func Open(ctx context.Context, spec string, opts Options) (store.Store, error) {
 			return nil, err
 		}
 		return s, nil
+	case "postgres":
+		s, err := postgres.Open(ctx, rest, postgres.Options{Clock: opts.Clock})
+		if err != nil {
+			return nil, err
+		}
+		return s, nil
 	}
 	panic("unreachable: parse accepted scheme " + scheme)
 }
@@ -61,6 +69,8 @@ func Migrate(ctx context.Context, spec string) (from, to int, err error) {
 		return 0, 0, nil
 	case "sqlite":
 		return sqlite.Migrate(ctx, rest)
+	case "postgres":
+		return postgres.Migrate(ctx, rest)
 	}
 	panic("unreachable: parse accepted scheme " + scheme)
 }
@@ -68,6 +78,9 @@ func Migrate(ctx context.Context, spec string) (from, to int, err error) {
 func parse(spec string) (scheme, rest string, err error) {
 	if spec == "" {
 		spec = DefaultSpec
+	}
+	if strings.HasPrefix(spec, "postgres://") || strings.HasPrefix(spec, "postgresql://") {
+		return "postgres", spec, nil
 	}
 	scheme, rest, ok := strings.Cut(spec, ":")
 	switch {
@@ -78,5 +91,5 @@ func parse(spec string) (scheme, rest string, err error) {
 	case ok && scheme == "sqlite":
 		return "", "", rein.InvalidArgument("store", "store spec %q has no path: use sqlite:PATH", spec)
 	}
-	return "", "", rein.InvalidArgument("store", "unknown store %q: use sqlite:PATH or memory:", spec)
+	return "", "", rein.InvalidArgument("store", "unknown store %q: use sqlite:PATH, postgres://… or memory:", spec)
 }
