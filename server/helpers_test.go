@@ -254,11 +254,12 @@ func (s *stack) results(token, sid string, events ...map[string]any) []map[strin
 }
 
 // afterRun is the when_busy of a message sent right after a run's
-// session.run_completed was seen: the sessions service appends that event
-// before it releases the session's lane and lease, so for a moment the
-// session can still be busy and "reject" could answer session_busy
-// (reported to the service's owner). Enqueue is the same run a moment
-// later.
+// session.run_completed was seen. The sessions service waits for a run
+// that is recording its end, but for a moment after the run's OnTerminal
+// hooks removed it from the service's live set and before run.complete
+// releases its lane, admission still sees it running and "reject" can
+// answer session_busy (reported to the service's owner). Enqueue is the
+// same run a moment later.
 var afterRun = map[string]any{"when_busy": "enqueue"}
 
 // send posts one user.message and returns its result.
