@@ -37,7 +37,7 @@ type command struct {
 // exactly (events[1].payload.run_id), and nothing of the batch is applied.
 //
 // Unknown keys are ignored, at every level: a newer client may send fields
-// this server does not know yet (decision 0051).
+// this server does not know yet (decision 0050).
 func decodeBatch(body []byte) ([]command, error) {
 	if !json.Valid(body) {
 		return nil, malformed(body)

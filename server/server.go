@@ -350,7 +350,7 @@ func (s *Server) noRoute(w http.ResponseWriter, r *http.Request) {
 	w.Header().Set("Allow", strings.Join(allow, ", "))
 	status, body := http.StatusMethodNotAllowed, errorBody{
 		// SPEC §3 has no code of its own for this; the request is what is
-		// wrong, so it is invalid_argument (decision 0051).
+		// wrong, so it is invalid_argument (decision 0050).
 		Code:    rein.CodeInvalidArgument,
 		Message: "method " + r.Method + " is not allowed on " + r.URL.Path + "; allowed: " + strings.Join(allow, ", "),
 		Param:   "method",
