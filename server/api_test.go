@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/reinhq/rein"
+	"github.com/reinhq/rein/store"
 )
 
 func TestSessions(t *testing.T) {
@@ -734,4 +735,48 @@ func mustJSON(t testing.TB, v any) []byte {
 		t.Fatal(err)
 	}
 	return b
+}
+
+// TestSubagents: GET .../subagents lists direct children only, oldest
+// first, with their live state; a child is an ordinary session over HTTP.
+func TestSubagents(t *testing.T) {
+	s := newStack(t, options{tokens: map[string]string{"tok": "alice", "tok-b": "bob"}})
+	parent := s.createSession("tok")
+	if got := s.must(200, "GET", "/api/sessions/"+parent+"/subagents", "tok", nil); string(mustJSON(t, got["subagents"])) != "[]" {
+		t.Fatalf("no children: %v", got)
+	}
+	mk := func(id, parentID, label string) {
+		t.Helper()
+		err := s.st.CreateSession(t.Context(), &store.Session{Owner: "alice", ID: id, ParentID: parentID,
+			Subagent: &store.SubagentDescriptor{Label: label, Depth: 1}, CreatedAt: time.Now()})
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	mk("ses_child_a", parent, "researcher")
+	mk("ses_child_b", parent, "writer")
+	mk("ses_grandchild", "ses_child_a", "deeper")
+	run := s.send("tok", "ses_child_b", "long child", nil)["run_id"].(string)
+	s.waitEvent("tok", "ses_child_b", is(rein.EventToolUse, run))
+
+	list := s.must(200, "GET", "/api/sessions/"+parent+"/subagents", "tok", nil)["subagents"].([]any)
+	if len(list) != 2 {
+		t.Fatalf("children %v", list)
+	}
+	a, b := list[0].(map[string]any), list[1].(map[string]any)
+	if a["id"] != "ses_child_a" || a["label"] != "researcher" || a["state"] != "idle" || a["current_run_id"] != nil || a["parent_session_id"] != parent {
+		t.Fatalf("first child %v", a)
+	}
+	if b["id"] != "ses_child_b" || b["state"] != "running" || b["current_run_id"] != run {
+		t.Fatalf("second child %v", b)
+	}
+	child := s.must(200, "GET", "/api/sessions/ses_child_b", "tok", nil)
+	if child["parent_session_id"] != parent {
+		t.Fatalf("child's parent_session_id %v", child["parent_session_id"])
+	}
+	if r := s.do("GET", "/api/sessions/"+parent+"/subagents", "tok-b", nil); r.status != 404 {
+		t.Fatalf("another owner: %d %s", r.status, r.body)
+	}
+	s.results("tok", "ses_child_b", ev("user.interrupt", map[string]any{"run_id": run}))
+	s.completion("tok", "ses_child_b", run)
 }

@@ -29,6 +29,7 @@ func TestOwnerIsolation(t *testing.T) {
 		return []req{
 			{"GET", "/api/sessions/" + id, ""},
 			{"GET", "/api/sessions/" + id + "/runs", ""},
+			{"GET", "/api/sessions/" + id + "/subagents", ""},
 			{"GET", "/api/sessions/" + id + "/runs/" + runID, ""},
 			{"GET", "/api/sessions/" + id + "/events", ""},
 			{"GET", "/api/sessions/" + id + "/events/stream", ""},

@@ -219,6 +219,53 @@ func (s *Server) getSession(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, http.StatusOK, out)
 }
 
+// subagentJSON is a direct child in GET /api/sessions/{id}/subagents
+// (SPEC §7).
+type subagentJSON struct {
+	ID              string  `json:"id"`
+	Label           string  `json:"label"`
+	State           string  `json:"state"`
+	ParentSessionID string  `json:"parent_session_id"`
+	CurrentRunID    *string `json:"current_run_id"`
+}
+
+// listSubagents lists a session's direct children, in creation order.
+// A child is "running" while an activation of it is running or queued.
+func (s *Server) listSubagents(w http.ResponseWriter, r *http.Request) {
+	key := sessionKey(r)
+	if _, err := s.svc.GetSession(r.Context(), key); err != nil {
+		s.writeError(w, r, err, nil)
+		return
+	}
+	all, err := s.svc.ListSessions(r.Context(), key.Owner)
+	if err != nil {
+		s.writeError(w, r, err, nil)
+		return
+	}
+	out := []subagentJSON{}
+	// ListSessions is newest first; children are listed oldest first.
+	for i := len(all) - 1; i >= 0; i-- {
+		child := all[i]
+		if child.ParentID != key.ID {
+			continue
+		}
+		info, err := s.svc.GetSession(r.Context(), child.Key())
+		if err != nil {
+			s.writeError(w, r, err, nil)
+			return
+		}
+		sa := subagentJSON{ID: child.ID, State: "idle", ParentSessionID: key.ID, CurrentRunID: optional(info.CurrentRunID)}
+		if child.Subagent != nil {
+			sa.Label = child.Subagent.Label
+		}
+		if info.Busy {
+			sa.State = "running"
+		}
+		out = append(out, sa)
+	}
+	writeJSON(w, http.StatusOK, map[string]any{"subagents": out})
+}
+
 // -------------------------------------------------------------------- runs
 
 func (s *Server) listRuns(w http.ResponseWriter, r *http.Request) {

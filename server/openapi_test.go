@@ -177,6 +177,8 @@ func TestOpenAPIMatchesServer(t *testing.T) {
 		{"GET", "/api/sessions", "/api/sessions", nil, 200},
 		{"GET", "/api/sessions/{id}", sess, nil, 200},
 		{"GET", "/api/sessions/{id}", "/api/sessions/ses_missing", nil, 404},
+		{"GET", "/api/sessions/{id}/subagents", sess + "/subagents", nil, 200},
+		{"GET", "/api/sessions/{id}/subagents", "/api/sessions/ses_missing/subagents", nil, 404},
 		{"GET", "/api/sessions/{id}/runs", sess + "/runs", nil, 200},
 		{"GET", "/api/sessions/{id}/runs/{run_id}", sess + "/runs/" + done, nil, 200},
 		{"GET", "/api/sessions/{id}/runs/{run_id}", sess + "/runs/" + running, nil, 200},

@@ -154,6 +154,7 @@ func New(cfg Config) (*Server, error) {
 	s.handle("POST", "/api/sessions", false, s.createSession)
 	s.handle("GET", "/api/sessions", false, s.listSessions)
 	s.handle("GET", "/api/sessions/{id}", false, s.getSession)
+	s.handle("GET", "/api/sessions/{id}/subagents", false, s.listSubagents)
 	s.handle("GET", "/api/sessions/{id}/runs", false, s.listRuns)
 	s.handle("GET", "/api/sessions/{id}/runs/{run_id}", false, s.getRun)
 	s.handle("POST", "/api/sessions/{id}/events", false, s.postEvents)
