@@ -66,10 +66,10 @@ func TestSessions(t *testing.T) {
 		t.Fatalf("reply %q", txt)
 	}
 
-	for _, bad := range []string{`{"metadata": []}`, `{"metadata": "x"}`, `{"system": 5}`, `[1]`, `{`} {
+	for bad, param := range map[string]string{`{"metadata": []}`: "metadata", `{"metadata": "x"}`: "metadata", `{"system": 5}`: "system", `[1]`: "", `{`: ""} {
 		r := s.do("POST", "/api/sessions", "", bad)
-		if r.status != 400 || r.errorCode(t) != "invalid_argument" {
-			t.Fatalf("POST /api/sessions %s: %d %s", bad, r.status, r.body)
+		if r.status != 400 || r.errorCode(t) != "invalid_argument" || r.errorParam(t) != param {
+			t.Fatalf("POST /api/sessions %s: %d %s, want param %q", bad, r.status, r.body, param)
 		}
 	}
 	if r := s.do("GET", "/api/sessions/ses_nope", "", nil); r.status != 404 || r.errorCode(t) != "not_found" {

@@ -139,6 +139,14 @@ type payload struct {
 	fields map[string]json.RawMessage
 }
 
+// param names a field of the payload for an error.
+func (p payload) param(key string) string {
+	if p.path == "" {
+		return key
+	}
+	return p.path + "." + key
+}
+
 // present reports whether key is given with a non-null value.
 func (p payload) present(key string) (json.RawMessage, bool) {
 	raw, ok := p.fields[key]
@@ -155,18 +163,18 @@ func (p payload) str(key string, required, nonEmpty bool) (*string, error) {
 	if !ok {
 		if required {
 			if nonEmpty {
-				return nil, rein.InvalidArgument(p.path+"."+key, "%s is required: a non-empty string", key)
+				return nil, rein.InvalidArgument(p.param(key), "%s is required: a non-empty string", key)
 			}
-			return nil, rein.InvalidArgument(p.path+"."+key, "%s is required: a string", key)
+			return nil, rein.InvalidArgument(p.param(key), "%s is required: a string", key)
 		}
 		return nil, nil
 	}
 	var s string
 	if kind(raw) != '"' || json.Unmarshal(raw, &s) != nil {
-		return nil, rein.InvalidArgument(p.path+"."+key, "%s must be a string", key)
+		return nil, rein.InvalidArgument(p.param(key), "%s must be a string", key)
 	}
 	if nonEmpty && s == "" {
-		return nil, rein.InvalidArgument(p.path+"."+key, "%s must be a non-empty string", key)
+		return nil, rein.InvalidArgument(p.param(key), "%s must be a non-empty string", key)
 	}
 	return &s, nil
 }
@@ -182,7 +190,7 @@ func (p payload) enum(key string, values ...string) (string, error) {
 			return v, nil
 		}
 	}
-	return "", rein.InvalidArgument(p.path+"."+key, "%s must be one of %q, got %q", key, values, *s)
+	return "", rein.InvalidArgument(p.param(key), "%s must be one of %q, got %q", key, values, *s)
 }
 
 func (p payload) message() (sessions.MessageRequest, error) {
@@ -205,10 +213,10 @@ func (p payload) message() (sessions.MessageRequest, error) {
 	if raw, ok := p.present("timeout_s"); ok {
 		var secs float64
 		if c := kind(raw); !(c == '-' || c >= '0' && c <= '9') || json.Unmarshal(raw, &secs) != nil {
-			return req, rein.InvalidArgument(p.path+".timeout_s", "timeout_s must be a number of seconds > 0")
+			return req, rein.InvalidArgument(p.param("timeout_s"), "timeout_s must be a number of seconds > 0")
 		}
 		if !(secs > 0) || secs > maxTimeoutSeconds {
-			return req, rein.InvalidArgument(p.path+".timeout_s", "timeout_s must be a number of seconds > 0 (and at most %.0f)", maxTimeoutSeconds)
+			return req, rein.InvalidArgument(p.param("timeout_s"), "timeout_s must be a number of seconds > 0 (and at most %.0f)", maxTimeoutSeconds)
 		}
 		req.Timeout = time.Duration(secs * float64(time.Second))
 		if req.Timeout <= 0 {
@@ -226,7 +234,7 @@ func (p payload) interrupt() (sessions.InterruptRequest, error) {
 	if raw, ok := p.fields["run_id"]; ok {
 		var id string
 		if kind(raw) != '"' || json.Unmarshal(raw, &id) != nil || id == "" {
-			return req, rein.InvalidArgument(p.path+".run_id", "run_id, when present, must be a non-empty string (omit it to stop the session's current run)")
+			return req, rein.InvalidArgument(p.param("run_id"), "run_id, when present, must be a non-empty string (omit it to stop the session's current run)")
 		}
 		req.RunID = &id
 	}
@@ -267,10 +275,10 @@ func (p payload) confirmation() (sessions.ConfirmRequest, error) {
 	req.ToolUseID = *id
 	raw, ok := p.present("allow")
 	if !ok {
-		return req, rein.InvalidArgument(p.path+".allow", "allow is required: true or false")
+		return req, rein.InvalidArgument(p.param("allow"), "allow is required: true or false")
 	}
 	if c := kind(raw); (c != 't' && c != 'f') || json.Unmarshal(raw, &req.Allow) != nil {
-		return req, rein.InvalidArgument(p.path+".allow", "allow must be a boolean")
+		return req, rein.InvalidArgument(p.param("allow"), "allow must be a boolean")
 	}
 	deny, err := p.str("deny_message", false, false)
 	if err != nil {
@@ -284,7 +292,7 @@ func (p payload) confirmation() (sessions.ConfirmRequest, error) {
 	}
 	switch {
 	case deny != nil && alias != nil && *deny != *alias:
-		return req, rein.InvalidArgument(p.path+".denyMessage", "deny_message and its alias denyMessage disagree; send one of them")
+		return req, rein.InvalidArgument(p.param("denyMessage"), "deny_message and its alias denyMessage disagree; send one of them")
 	case deny == nil:
 		deny = alias
 	}

@@ -167,7 +167,7 @@ func decodeCreateSession(body []byte) (sessions.CreateSessionRequest, error) {
 	if kind(body) != '{' || json.Unmarshal(body, &fields) != nil {
 		return req, rein.InvalidArgument("", "the request body must be a JSON object")
 	}
-	p := payload{path: "", fields: fields}
+	p := payload{fields: fields} // fields of the body itself: params are bare keys
 	if raw, ok := p.present("metadata"); ok {
 		if kind(raw) != '{' {
 			return req, rein.InvalidArgument("metadata", "metadata must be a JSON object")
@@ -176,9 +176,7 @@ func decodeCreateSession(body []byte) (sessions.CreateSessionRequest, error) {
 	}
 	sys, err := p.str("system", false, false)
 	if err != nil {
-		// payload.str names fields as path+"."+key; here the path is the
-		// body itself.
-		return req, rein.InvalidArgument("system", "system must be a string")
+		return req, err
 	}
 	req.System = sys
 	return req, nil
