@@ -665,8 +665,12 @@ func TestHealthReadyMetrics(t *testing.T) {
 	if r := s.post("tok", sid, ev("user.message", map[string]any{"text": "B"})); r.status != 409 {
 		t.Fatalf("conflict: %d", r.status)
 	}
+	b := s.send("tok", sid, "long B", map[string]any{"when_busy": "enqueue"})["run_id"].(string)
+	s.send("tok", sid, "C", map[string]any{"when_busy": "enqueue"})
 	s.results("tok", sid, ev("user.interrupt", map[string]any{"run_id": a}))
-	st.until(is(rein.EventRunCompleted, a))
+	// B starts only once A's end is fully recorded, metrics included (the
+	// service observes a run's end after its run_completed is logged).
+	st.until(is(rein.EventToolUse, b))
 
 	r := s.do("GET", "/metrics", "", nil)
 	if r.status != 200 {
@@ -675,12 +679,13 @@ func TestHealthReadyMetrics(t *testing.T) {
 	text := string(r.body)
 	for _, want := range []string{
 		"rein_admission_conflicts_total 1",
-		"rein_runs_started_total 1",
+		"rein_runs_started_total 2",
 		`rein_runs_ended_total{reason="cancelled",status="CANCELLED"} 1`,
 		`rein_stop_latency_seconds_count{mode="cancel"} 1`,
 		"rein_sse_subscribers 1",
-		`rein_runs{status="RUNNING"} 0`,
-		"rein_queue_depth 0",
+		`rein_runs{status="RUNNING"} 1`,
+		`rein_runs{status="QUEUED"} 1`,
+		"rein_queue_depth 1",
 		"rein_event_append_seconds_count",
 		`rein_http_requests_total{code="409",method="POST",route="/api/sessions/{id}/events"} 1`,
 	} {
