@@ -136,9 +136,11 @@ func (s *Service) SendMessage(ctx context.Context, key rein.SessionKey, req Mess
 // many runs are queued, from this process's lanes and the store's lease.
 func (s *Service) turn(ctx context.Context, key rein.SessionKey) (holder string, queued int, err error) {
 	running, q := s.engine.Lane(key)
-	if running != nil && s.ending(running.ID()) {
-		// Its end is being recorded (its run_completed may already be
-		// visible): wait the microseconds until the lane moves on.
+	// A run that is recording its end (its run_completed may already be
+	// visible), or that just turned terminal while its lane has not moved
+	// on yet, no longer holds the turn.
+	if running != nil && (running.Status().Terminal() || s.ending(running.ID())) {
+		// Wait the microseconds until the lane moves on.
 		select {
 		case <-running.Done():
 		case <-ctx.Done():
