@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -11,12 +12,14 @@ import (
 	"github.com/reinhq/rein/store"
 )
 
+var reqSeq atomic.Int64
+
 // newReq builds an append request as AppendEvents hands it to the writer.
 func newReq(ctx context.Context, key rein.SessionKey, fence int64, runID string, n int) *appendReq {
 	evs := make([]rein.Event, n)
 	for i := range evs {
 		evs[i] = rein.NewEvent(rein.EventSystemMessage, runID, rein.SystemMessagePayload{Text: fmt.Sprint(i)})
-		evs[i].ID = fmt.Sprintf("evt_%s_%d_%d", key.ID, fence, i)
+		evs[i].ID = fmt.Sprintf("evt_%s_%d_%d", key.ID, reqSeq.Add(1), i)
 		evs[i].CreatedAt = dbTime(time.Now())
 		evs[i].SessionID = key.ID
 	}
@@ -120,5 +123,69 @@ func TestFencedAppendAfterTakeover(t *testing.T) {
 	}
 	if _, err := s.AppendEvents(ctx, key, old.Fence(), nil); !errors.Is(err, rein.ErrLeaseLost) {
 		t.Fatalf("empty append with a stale token: %v, want lease lost", err)
+	}
+}
+
+// One transaction with several sessions and, for one session, three fences
+// (so three appendSQL rounds): every group gets its own gap-free seqs, and
+// the refused ones write nothing.
+func TestBatchRoundsAndRefusals(t *testing.T) {
+	dsn := testDSN(t)
+	s := openStore(t, dsn, Options{})
+	ctx := t.Context()
+	k1, k2, k3 := newSessionKey(t, s), newSessionKey(t, s), newSessionKey(t, s)
+	lease, err := s.AcquireLease(ctx, k2, "i1", "run_1", time.Minute)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var (
+		a       = newReq(ctx, k1, 0, "", 2)
+		fenced  = newReq(ctx, k2, lease.Token, "run_1", 3)
+		plain   = newReq(ctx, k2, 0, "", 1)
+		stale   = newReq(ctx, k2, lease.Token+1, "run_1", 4)
+		c       = newReq(ctx, k3, 0, "", 1)
+		missing = newReq(ctx, rein.SessionKey{Owner: "alice", ID: "ses_missing"}, 0, "", 1)
+		fenced2 = newReq(ctx, k2, lease.Token, "run_1", 1)
+	)
+	batch := []*appendReq{c, stale, fenced, a, missing, plain, fenced2}
+	if got := len(appendRounds(groupAppends(batch))); got != 3 {
+		t.Fatalf("batch makes %d rounds, want 3 (k2 has three fences)", got)
+	}
+	s.commit(batch)
+	for _, r := range []*appendReq{a, fenced, plain, c, fenced2} {
+		if err := <-r.done; err != nil {
+			t.Fatalf("request for %s (fence %d) failed: %v", r.key.ID, r.fence, err)
+		}
+	}
+	if err := <-stale.done; !errors.Is(err, rein.ErrLeaseLost) {
+		t.Fatalf("stale fence: %v, want lease lost", err)
+	}
+	if err := <-missing.done; !errors.Is(err, rein.ErrNotFound) {
+		t.Fatalf("missing session: %v, want not found", err)
+	}
+	for _, tc := range []struct {
+		key  rein.SessionKey
+		reqs []*appendReq
+	}{{k1, []*appendReq{a}}, {k2, []*appendReq{fenced, fenced2, plain}}, {k3, []*appendReq{c}}} {
+		all := readAll(t, s, tc.key)
+		byID := map[string]rein.Event{}
+		for i, e := range all {
+			if e.Seq != int64(i+1) {
+				t.Fatalf("%s: event %d has seq %d", tc.key.ID, i, e.Seq)
+			}
+			byID[e.ID] = e
+		}
+		n := 0
+		for _, r := range tc.reqs {
+			for _, e := range r.evs {
+				n++
+				if got, ok := byID[e.ID]; !ok || got.Seq != e.Seq {
+					t.Fatalf("%s: event %s acknowledged with seq %d, stored as %+v", tc.key.ID, e.ID, e.Seq, got)
+				}
+			}
+		}
+		if len(all) != n {
+			t.Fatalf("%s has %d events, want %d", tc.key.ID, len(all), n)
+		}
 	}
 }

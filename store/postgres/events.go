@@ -24,6 +24,12 @@ const (
 	maxBatchEvents = 4096
 )
 
+// appendWriters is how many group commits may be in flight at once. One
+// writer leaves the database idle while it waits for a commit's fsync and
+// builds the next batch; a second overlaps that wait with the next batch.
+// More gain nothing on small machines and make each batch smaller.
+const appendWriters = 2
+
 // appendReq is one AppendEvents call waiting for the writer.
 type appendReq struct {
 	ctx   context.Context
@@ -112,7 +118,6 @@ func (s *Store) AppendEvents(ctx context.Context, key rein.SessionKey, fence sto
 // runWriter is the group-commit loop. It runs until Close, then finishes
 // every request already handed over.
 func (s *Store) runWriter() {
-	defer close(s.writersDone)
 	var batch []*appendReq
 	for {
 		batch = batch[:0]
@@ -151,31 +156,64 @@ type group struct {
 	fence int64
 	reqs  []*appendReq
 	n     int
+	round int // which appendSQL statement of the transaction carries it
 }
 
-// appendSQL appends a group's events. The lease CTE takes a share lock on the
-// lease row when the token matches, so a takeover cannot commit between
-// this check and our commit (fenced writes check the token in the same
-// transaction). The counter UPDATE assigns the group's seqs in one step and
-// holds the counter row until commit: a concurrent append to the session,
-// from this process or another, waits for it and continues after our last
-// seq. It returns one row (the new last seq) on success, none if the session
-// is missing or the fence is stale.
+// A group commit is one pipelined implicit transaction of a few statements,
+// however many sessions it covers (per-statement cost, not per-row cost,
+// dominates small appends):
+//
+//  1. lockLeasesSQL share-locks the lease rows whose token a fenced group
+//     carries, so no takeover can commit between the check in step 3 and
+//     our commit: the fence check and the write are one.
+//  2. lockCountersSQL locks the sessions' counter rows one by one in the
+//     order given — sorted by key, bytewise, the order of the columns' "C"
+//     collation — so two batches, from this process or any other, always
+//     lock in the same order and can never deadlock.
+//  3. appendSQL assigns each group its seqs with one counter update per
+//     session and inserts the events. The counter row lock, held until
+//     commit, is what makes seqs gap-free across processes: a concurrent
+//     append to the session waits for it and continues after our last seq.
+//     It returns (group, base seq) for each group appended; a group it
+//     leaves out was refused (missing session or stale fence).
+//  4. notifySQL wakes other processes' listeners at commit.
+//
+// UPDATE … FROM updates a row once even if it joins several input rows, so
+// appendSQL takes at most one group per session: groups of one session under
+// different fences (rare: a run's events and a user's message in one batch)
+// go to further appendSQL statements ("rounds") in the same transaction.
+
+const lockLeasesSQL = `
+SELECT 1 FROM leases
+WHERE (owner, session_id, token) IN (SELECT * FROM unnest($1::text[], $2::text[], $3::bigint[]))
+FOR SHARE`
+
+const lockCountersSQL = `
+SELECT 1
+FROM unnest($1::text[], $2::text[]) AS k(owner, session_id)
+CROSS JOIN LATERAL (
+    SELECT 1 FROM event_seqs c WHERE c.owner = k.owner AND c.session_id = k.session_id FOR NO KEY UPDATE
+) locked`
+
 const appendSQL = `
-WITH lease AS (
-    SELECT 1 FROM leases WHERE owner = $1 AND session_id = $2 AND token = $3 FOR SHARE
+WITH g AS (
+    SELECT * FROM unnest($1::text[], $2::text[], $3::bigint[], $4::bigint[])
+        WITH ORDINALITY AS g(owner, session_id, fence, n, gi)
 ), counter AS (
-    UPDATE event_seqs SET last_seq = last_seq + $4
-    WHERE owner = $1 AND session_id = $2 AND ($3 = 0 OR EXISTS (SELECT 1 FROM lease))
-    RETURNING last_seq
+    UPDATE event_seqs c SET last_seq = c.last_seq + g.n
+    FROM g
+    WHERE c.owner = g.owner AND c.session_id = g.session_id
+      AND (g.fence = 0 OR EXISTS (
+          SELECT 1 FROM leases l WHERE l.owner = g.owner AND l.session_id = g.session_id AND l.token = g.fence))
+    RETURNING g.gi, c.owner, c.session_id, c.last_seq - g.n AS base
 ), inserted AS (
     INSERT INTO events (owner, session_id, seq, id, run_id, type, payload, created_at)
-    SELECT $1, $2, counter.last_seq - $4 + e.ord, e.id, e.run_id, e.type, e.payload::json, e.created_at
-    FROM counter,
-         unnest($5::text[], $6::text[], $7::text[], $8::text[], $9::timestamptz[])
-             WITH ORDINALITY AS e(id, run_id, type, payload, created_at, ord)
+    SELECT counter.owner, counter.session_id, counter.base + e.ord, e.id, e.run_id, e.type, e.payload::json, e.created_at
+    FROM unnest($5::bigint[], $6::bigint[], $7::text[], $8::text[], $9::text[], $10::text[], $11::timestamptz[])
+             AS e(gi, ord, id, run_id, type, payload, created_at)
+    JOIN counter ON counter.gi = e.gi
 )
-SELECT last_seq FROM counter`
+SELECT gi, base FROM counter`
 
 // notifySQL tells other processes' listeners about the batch's sessions.
 // NOTIFY is transactional: it is delivered at commit, and not at all on
@@ -245,45 +283,17 @@ func isStatementError(err error) bool {
 // commitOnce runs one transaction for reqs. It returns the groups the
 // database refused, or the error that aborted the transaction.
 func (s *Store) commitOnce(reqs []*appendReq) (failed []*group, err error) {
-	groups := groupAppends(reqs)
-	b := &pgx.Batch{}
-	owners := make([]string, 0, len(groups))
-	ids := make([]string, 0, len(groups))
-	for i, g := range groups {
-		var (
-			evIDs    = make([]string, 0, g.n)
-			runIDs   = make([]*string, 0, g.n)
-			types    = make([]string, 0, g.n)
-			payloads = make([]string, 0, g.n)
-			times    = make([]time.Time, 0, g.n)
-		)
-		for _, r := range g.reqs {
-			for _, e := range r.evs {
-				evIDs = append(evIDs, e.ID)
-				runIDs = append(runIDs, nullString(e.RunID))
-				types = append(types, string(e.Type))
-				payloads = append(payloads, string(e.Payload))
-				times = append(times, e.CreatedAt)
-			}
-		}
-		b.Queue(appendSQL, g.key.Owner, g.key.ID, g.fence, g.n, evIDs, runIDs, types, payloads, times)
-		if i == 0 || groups[i-1].key != g.key {
-			owners = append(owners, g.key.Owner)
-			ids = append(ids, g.key.ID)
-		}
-	}
-	b.Queue(notifySQL, s.channel, owners, ids)
-
+	rounds := appendRounds(groupAppends(reqs))
 	// The writer works for many callers at once, so no caller's context
 	// governs the transaction; the store's Timeout bounds it instead.
 	ctx, cancel := context.WithTimeout(context.Background(), s.timeout)
 	defer cancel()
-	err = s.sendAppendBatch(ctx, b, groups, &failed)
+	err = s.sendAppendBatch(ctx, rounds, &failed)
 	if err != nil && isRetryable(err) {
 		// Nothing reached the server (a pooled connection found dead
 		// before use): the same batch on a fresh connection is safe.
 		failed = failed[:0]
-		err = s.sendAppendBatch(ctx, b2(b), groups, &failed)
+		err = s.sendAppendBatch(ctx, rounds, &failed)
 	}
 	if err != nil {
 		return nil, s.fail(ctx, ctx, "append events", err)
@@ -291,39 +301,121 @@ func (s *Store) commitOnce(reqs []*appendReq) (failed []*group, err error) {
 	return failed, nil
 }
 
-// b2 copies a batch so it can be sent again (a pgx.Batch is single-use).
-func b2(b *pgx.Batch) *pgx.Batch {
-	nb := &pgx.Batch{}
-	for _, q := range b.QueuedQueries {
-		nb.Queue(q.SQL, q.Arguments...)
+// appendRounds splits groups (sorted by session) so that no round has two
+// groups of one session.
+func appendRounds(groups []*group) [][]*group {
+	var rounds [][]*group
+	for i, g := range groups {
+		r := 0
+		if i > 0 && groups[i-1].key == g.key {
+			r = groups[i-1].round + 1
+		}
+		g.round = r
+		if r == len(rounds) {
+			rounds = append(rounds, nil)
+		}
+		rounds[r] = append(rounds[r], g)
 	}
-	return nb
+	return rounds
 }
 
-// sendAppendBatch sends b and assigns seqs from its results.
-func (s *Store) sendAppendBatch(ctx context.Context, b *pgx.Batch, groups []*group, failed *[]*group) error {
-	br := s.pool.SendBatch(ctx, b)
-	for _, g := range groups {
-		var last int64
-		err := br.QueryRow().Scan(&last)
-		if errors.Is(err, pgx.ErrNoRows) {
-			*failed = append(*failed, g)
-			continue
+// sendAppendBatch builds the batch's pipeline, sends it and assigns seqs
+// from its results.
+func (s *Store) sendAppendBatch(ctx context.Context, rounds [][]*group, failed *[]*group) error {
+	b := &pgx.Batch{}
+
+	// 1. Lease rows of fenced groups.
+	var lOwners, lIDs []string
+	var lTokens []int64
+	for _, round := range rounds {
+		for _, g := range round {
+			if g.fence != 0 {
+				lOwners, lIDs, lTokens = append(lOwners, g.key.Owner), append(lIDs, g.key.ID), append(lTokens, g.fence)
+			}
 		}
-		if err != nil {
-			_ = br.Close()
+	}
+	if len(lTokens) > 0 {
+		b.Queue(lockLeasesSQL, lOwners, lIDs, lTokens)
+	}
+	// 2. Counter rows, every session once (round 0 has them all). A
+	// single session needs no ordering.
+	owners := make([]string, len(rounds[0]))
+	ids := make([]string, len(rounds[0]))
+	for i, g := range rounds[0] {
+		owners[i], ids[i] = g.key.Owner, g.key.ID
+	}
+	if len(owners) > 1 {
+		b.Queue(lockCountersSQL, owners, ids)
+	}
+	// 3. One append per round.
+	for _, round := range rounds {
+		var (
+			gOwners, gIDs       = make([]string, len(round)), make([]string, len(round))
+			gFences, gNs        = make([]int64, len(round)), make([]int64, len(round))
+			eGroups, eOrds      []int64
+			eIDs, eTypes, ePays []string
+			eRunIDs             []*string
+			eTimes              []time.Time
+		)
+		for gi, g := range round {
+			gOwners[gi], gIDs[gi], gFences[gi], gNs[gi] = g.key.Owner, g.key.ID, g.fence, int64(g.n)
+			ord := int64(0)
+			for _, r := range g.reqs {
+				for _, e := range r.evs {
+					ord++
+					eGroups, eOrds = append(eGroups, int64(gi+1)), append(eOrds, ord)
+					eIDs, eRunIDs = append(eIDs, e.ID), append(eRunIDs, nullString(e.RunID))
+					eTypes, ePays = append(eTypes, string(e.Type)), append(ePays, string(e.Payload))
+					eTimes = append(eTimes, e.CreatedAt)
+				}
+			}
+		}
+		b.Queue(appendSQL, gOwners, gIDs, gFences, gNs, eGroups, eOrds, eIDs, eRunIDs, eTypes, ePays, eTimes)
+	}
+	// 4. Wake other processes (delivered at commit).
+	b.Queue(notifySQL, s.channel, owners, ids)
+
+	br := s.pool.SendBatch(ctx, b)
+	defer br.Close()
+	if len(lTokens) > 0 {
+		if _, err := br.Exec(); err != nil {
 			return err
 		}
-		seq := last - int64(g.n)
-		for _, r := range g.reqs {
-			for i := range r.evs {
-				seq++
-				r.evs[i].Seq = seq
+	}
+	if len(owners) > 1 {
+		if _, err := br.Exec(); err != nil {
+			return err
+		}
+	}
+	for _, round := range rounds {
+		base := make(map[int64]int64, len(round))
+		rows, _ := br.Query()
+		for rows.Next() {
+			var gi, first int64
+			if err := rows.Scan(&gi, &first); err != nil {
+				rows.Close()
+				return err
+			}
+			base[gi] = first
+		}
+		if err := rows.Err(); err != nil {
+			return err
+		}
+		for gi, g := range round {
+			seq, ok := base[int64(gi+1)]
+			if !ok {
+				*failed = append(*failed, g)
+				continue
+			}
+			for _, r := range g.reqs {
+				for i := range r.evs {
+					seq++
+					r.evs[i].Seq = seq
+				}
 			}
 		}
 	}
 	if _, err := br.Exec(); err != nil { // the NOTIFY
-		_ = br.Close()
 		return err
 	}
 	// Close reads up to the pipeline's Sync: only a nil here means the
@@ -380,10 +472,8 @@ func (s *Store) refusal(g *group) error {
 	}
 }
 
-// groupAppends groups reqs by session and fence, ordered by session key so
-// that every transaction (in every process) locks counter rows in the same
-// order and two batches can never deadlock. Within a group, requests keep
-// the order they arrived in.
+// groupAppends groups reqs by session and fence, ordered by session key
+// (then fence). Within a group, requests keep the order they arrived in.
 func groupAppends(reqs []*appendReq) []*group {
 	type gk struct {
 		key   rein.SessionKey

@@ -3,15 +3,18 @@
 -- Times are timestamptz (microsecond precision; the store truncates Go times
 -- to match, so what it returns is what it stored). JSON a client or model
 -- gave us is kept as `json`, not `jsonb`, so that it comes back byte for byte.
+-- Identifier columns are COLLATE "C": ids order by bytes, as Go's
+-- strings.Compare (and so every other backend) orders them, whatever the
+-- database's locale, and key comparisons are plain memcmp.
 
 CREATE TABLE sessions (
-    owner      text        NOT NULL,
-    id         text        NOT NULL,
-    parent_id  text,
-    metadata   json        NOT NULL,
+    owner      text COLLATE "C" NOT NULL,
+    id         text COLLATE "C" NOT NULL,
+    parent_id  text COLLATE "C",
+    metadata   json             NOT NULL,
     system     text,
     subagent   json,
-    created_at timestamptz NOT NULL,
+    created_at timestamptz      NOT NULL,
     PRIMARY KEY (owner, id),
     FOREIGN KEY (owner, parent_id) REFERENCES sessions (owner, id)
 );
@@ -24,9 +27,9 @@ CREATE INDEX sessions_by_parent ON sessions (owner, parent_id, created_at, id) W
 -- means those updates neither copy the session's metadata nor contend with
 -- SetSystem. Its existence is also the "session exists" check of an append.
 CREATE TABLE event_seqs (
-    owner      text   NOT NULL,
-    session_id text   NOT NULL,
-    last_seq   bigint NOT NULL DEFAULT 0,
+    owner      text COLLATE "C" NOT NULL,
+    session_id text COLLATE "C" NOT NULL,
+    last_seq   bigint           NOT NULL DEFAULT 0,
     PRIMARY KEY (owner, session_id),
     FOREIGN KEY (owner, session_id) REFERENCES sessions (owner, id)
 );
@@ -36,41 +39,41 @@ CREATE TABLE event_seqs (
 -- session exists by construction), and a per-row FK check would cost the
 -- hottest insert in the system a lookup and a row lock.
 CREATE TABLE events (
-    owner      text        NOT NULL,
-    session_id text        NOT NULL,
-    seq        bigint      NOT NULL,
-    id         text        NOT NULL,
-    run_id     text,
-    type       text        NOT NULL,
-    payload    json        NOT NULL,
-    created_at timestamptz NOT NULL,
+    owner      text COLLATE "C" NOT NULL,
+    session_id text COLLATE "C" NOT NULL,
+    seq        bigint           NOT NULL,
+    id         text COLLATE "C" NOT NULL,
+    run_id     text COLLATE "C",
+    type       text             NOT NULL,
+    payload    json             NOT NULL,
+    created_at timestamptz      NOT NULL,
     PRIMARY KEY (owner, session_id, seq)
 );
 
 CREATE TABLE history (
-    owner      text   NOT NULL,
-    session_id text   NOT NULL,
-    pos        bigint GENERATED ALWAYS AS IDENTITY,
-    msg        json   NOT NULL,
+    owner      text COLLATE "C" NOT NULL,
+    session_id text COLLATE "C" NOT NULL,
+    pos        bigint           GENERATED ALWAYS AS IDENTITY,
+    msg        json             NOT NULL,
     PRIMARY KEY (owner, session_id, pos),
     FOREIGN KEY (owner, session_id) REFERENCES sessions (owner, id)
 );
 
 CREATE TABLE runs (
-    id            text        PRIMARY KEY,
-    owner         text        NOT NULL,
-    session_id    text        NOT NULL,
-    status        text        NOT NULL,
-    reason        text        NOT NULL DEFAULT '',
-    error         text        NOT NULL DEFAULT '',
-    input         text        NOT NULL DEFAULT '',
-    client_id     text,
-    queue_order   bigint      NOT NULL DEFAULT 0,
+    id            text COLLATE "C" PRIMARY KEY,
+    owner         text COLLATE "C" NOT NULL,
+    session_id    text COLLATE "C" NOT NULL,
+    status        text             NOT NULL,
+    reason        text             NOT NULL DEFAULT '',
+    error         text             NOT NULL DEFAULT '',
+    input         text             NOT NULL DEFAULT '',
+    client_id     text COLLATE "C",
+    queue_order   bigint           NOT NULL DEFAULT 0,
     deadline      timestamptz,
-    instance      text        NOT NULL DEFAULT '',
-    input_tokens  bigint      NOT NULL DEFAULT 0,
-    output_tokens bigint      NOT NULL DEFAULT 0,
-    created_at    timestamptz NOT NULL,
+    instance      text             NOT NULL DEFAULT '',
+    input_tokens  bigint           NOT NULL DEFAULT 0,
+    output_tokens bigint           NOT NULL DEFAULT 0,
+    created_at    timestamptz      NOT NULL,
     started_at    timestamptz,
     ended_at      timestamptz,
     FOREIGN KEY (owner, session_id) REFERENCES sessions (owner, id)
@@ -80,16 +83,16 @@ CREATE INDEX runs_by_session ON runs (owner, session_id, created_at DESC, id DES
 CREATE INDEX runs_by_status ON runs (status, created_at, id);
 
 CREATE TABLE supplements (
-    owner       text        NOT NULL,
-    session_id  text        NOT NULL,
-    id          text        NOT NULL,
-    pos         bigint      GENERATED ALWAYS AS IDENTITY,
-    text        text        NOT NULL,
-    source      text        NOT NULL,
-    status      text        NOT NULL,
-    run_id      text        NOT NULL DEFAULT '',
-    step        integer     NOT NULL DEFAULT 0,
-    created_at  timestamptz NOT NULL,
+    owner       text COLLATE "C" NOT NULL,
+    session_id  text COLLATE "C" NOT NULL,
+    id          text COLLATE "C" NOT NULL,
+    pos         bigint           GENERATED ALWAYS AS IDENTITY,
+    text        text             NOT NULL,
+    source      text             NOT NULL,
+    status      text             NOT NULL,
+    run_id      text COLLATE "C" NOT NULL DEFAULT '',
+    step        integer          NOT NULL DEFAULT 0,
+    created_at  timestamptz      NOT NULL,
     consumed_at timestamptz,
     PRIMARY KEY (owner, session_id, id),
     FOREIGN KEY (owner, session_id) REFERENCES sessions (owner, id)
@@ -97,18 +100,18 @@ CREATE TABLE supplements (
 CREATE INDEX supplements_queued ON supplements (owner, session_id, pos) WHERE status = 'queued';
 
 CREATE TABLE confirmations (
-    owner        text        NOT NULL,
-    session_id   text        NOT NULL,
-    tool_use_id  text        NOT NULL,
-    pos          bigint      GENERATED ALWAYS AS IDENTITY,
-    run_id       text        NOT NULL,
-    name         text        NOT NULL,
+    owner        text COLLATE "C" NOT NULL,
+    session_id   text COLLATE "C" NOT NULL,
+    tool_use_id  text COLLATE "C" NOT NULL,
+    pos          bigint           GENERATED ALWAYS AS IDENTITY,
+    run_id       text COLLATE "C" NOT NULL,
+    name         text             NOT NULL,
     -- bytea, not json: a model may produce invalid JSON as a tool input,
     -- and the confirmation must still be stored and shown.
     input        bytea,
-    state        text        NOT NULL,
-    deny_message text        NOT NULL DEFAULT '',
-    created_at   timestamptz NOT NULL,
+    state        text             NOT NULL,
+    deny_message text             NOT NULL DEFAULT '',
+    created_at   timestamptz      NOT NULL,
     resolved_at  timestamptz,
     PRIMARY KEY (owner, session_id, tool_use_id),
     FOREIGN KEY (owner, session_id) REFERENCES sessions (owner, id)
@@ -121,12 +124,12 @@ CREATE INDEX confirmations_pending ON confirmations (owner, session_id, run_id) 
 CREATE SEQUENCE lease_tokens;
 
 CREATE TABLE leases (
-    owner      text        NOT NULL,
-    session_id text        NOT NULL,
-    run_id     text        NOT NULL,
-    holder     text        NOT NULL,
-    token      bigint      NOT NULL,
-    expires_at timestamptz NOT NULL,
+    owner      text COLLATE "C" NOT NULL,
+    session_id text COLLATE "C" NOT NULL,
+    run_id     text COLLATE "C" NOT NULL,
+    holder     text             NOT NULL,
+    token      bigint           NOT NULL,
+    expires_at timestamptz      NOT NULL,
     PRIMARY KEY (owner, session_id),
     FOREIGN KEY (owner, session_id) REFERENCES sessions (owner, id)
 );
