@@ -6,8 +6,8 @@
 // exactly-once inbox consumption, fenced writes, prompt wake-ups of event
 // readers — must hold across processes, and PostgreSQL is where they meet.
 //
-// Three design choices carry most of the weight (see docs/decisions 0020 and
-// 0021):
+// Three design choices carry most of the weight (docs/decisions 0020, 0021
+// and 0022):
 //
 //   - Appends are group-committed. AppendEvents hands its events to a writer
 //     goroutine that collects every pending append into one pipelined
