@@ -9,6 +9,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/reinhq/rein"
+	"github.com/reinhq/rein/model"
 	"github.com/reinhq/rein/sessions"
 )
 
@@ -34,6 +35,7 @@ type Metrics struct {
 	sseSubscribers prometheus.Gauge
 	httpRequests   *prometheus.CounterVec
 	httpDuration   *prometheus.HistogramVec
+	modelRetries   *prometheus.CounterVec
 
 	mu   sync.Mutex
 	live func() sessions.Stats // set by New; nil until a server uses these metrics
@@ -91,16 +93,26 @@ func NewMetrics(reg *prometheus.Registry) (*Metrics, error) {
 			Help:    "Time to answer an HTTP request (SSE streams excluded), by route pattern.",
 			Buckets: fine,
 		}, []string{"route"}),
+		modelRetries: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "rein_model_retries_total",
+			Help: "Model requests retried before their first streamed byte, by provider and the failed attempt's HTTP status (0: no response).",
+		}, []string{"provider", "status"}),
 	}
 	for _, c := range []prometheus.Collector{
 		m.runsStarted, m.runsEnded, m.admission, m.stopLatency, m.appendSeconds,
-		m.eventsAppended, m.sseSubscribers, m.httpRequests, m.httpDuration, liveCollector{m},
+		m.eventsAppended, m.sseSubscribers, m.httpRequests, m.httpDuration, m.modelRetries, liveCollector{m},
 	} {
 		if err := reg.Register(c); err != nil {
 			return nil, err
 		}
 	}
 	return m, nil
+}
+
+// ModelRetry counts one retry of a model request; pass it as the model
+// catalog's OnRetry.
+func (m *Metrics) ModelRetry(info model.RetryInfo) {
+	m.modelRetries.WithLabelValues(info.Provider, strconv.Itoa(info.Status)).Inc()
 }
 
 // Registry returns the registry the metrics are registered in.

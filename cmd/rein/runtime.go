@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/reinhq/rein/agent"
+	"github.com/reinhq/rein/model"
 	"github.com/reinhq/rein/model/catalog"
 	"github.com/reinhq/rein/sessions"
 	"github.com/reinhq/rein/store"
@@ -38,6 +39,8 @@ type runtimeOptions struct {
 	Observer sessions.Observer
 	// LookupEnv reads provider settings (OPENAI_API_KEY, ...).
 	LookupEnv func(string) (string, bool)
+	// OnRetry observes model request retries (nil → logs only).
+	OnRetry func(model.RetryInfo)
 }
 
 // buildRuntime opens the store, the model and the tools and returns a
@@ -54,8 +57,9 @@ func buildRuntime(ctx context.Context, o runtimeOptions) (*sessions.Service, sto
 		o.Model = "demo"
 	}
 	m, err := catalog.Open(o.Model, catalog.Env{
-		Getenv: func(k string) string { v, _ := o.LookupEnv(k); return v },
-		Logger: o.Logger,
+		Getenv:  func(k string) string { v, _ := o.LookupEnv(k); return v },
+		Logger:  o.Logger,
+		OnRetry: o.OnRetry,
 	})
 	if err != nil {
 		return nil, nil, fmt.Errorf("--model %s: %w", o.Model, err)

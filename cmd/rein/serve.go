@@ -77,6 +77,7 @@ func cmdServe(ctx context.Context, args []string, io stdio) int {
 	svc, st, err := buildRuntime(ctx, runtimeOptions{
 		Store: *storeSpec, Model: *modelName, Confirm: confirm.confirm(), Workspace: *workspace,
 		LeaseTTL: *leaseTTL, Logger: logger, Observer: metrics, LookupEnv: io.lookupEnv,
+		OnRetry: metrics.ModelRetry,
 	})
 	if err != nil {
 		fmt.Fprintln(io.err, "rein serve:", err)
