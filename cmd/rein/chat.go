@@ -9,7 +9,6 @@ import (
 	"os/signal"
 	"slices"
 	"strings"
-	"sync"
 
 	"github.com/reinhq/rein"
 	"github.com/reinhq/rein/client"
@@ -117,27 +116,9 @@ func (ch *chat) loop(ctx context.Context, sigs <-chan os.Signal) int {
 	ch.ctx = ctx
 	stream := ch.c.Stream(ctx, ch.sid, 0)
 	defer stream.Close()
-	type item struct {
-		ev  rein.Event
-		err error
-	}
-	events := make(chan item)
-	var wg sync.WaitGroup
-	defer wg.Wait()
+	events, wait := pump(ctx, stream)
+	defer wait()
 	defer cancel()
-	wg.Go(func() {
-		for {
-			ev, err := stream.Next()
-			select {
-			case events <- item{ev, err}:
-			case <-ctx.Done():
-				return
-			}
-			if err != nil {
-				return
-			}
-		}
-	})
 	// Input waits until the silent replay of the session's past is done,
 	// so that the first command already sees the current run and any
 	// tool call waiting for confirmation.

@@ -14,6 +14,7 @@ import (
 	"io"
 	"slices"
 	"strings"
+	"sync"
 	"unicode/utf8"
 
 	"github.com/reinhq/rein"
@@ -197,4 +198,33 @@ func readLines(ctx context.Context, r io.Reader) <-chan string {
 		}
 	}()
 	return ch
+}
+
+// streamItem is one event read from a stream, or the error that ended it.
+type streamItem struct {
+	ev  rein.Event
+	err error
+}
+
+// pump reads stream in a goroutine and delivers what it reads on the
+// returned channel, so a command can select on events, input and signals at
+// once. It stops after the stream's first error or when ctx ends; wait
+// waits for the goroutine (cancel ctx first).
+func pump(ctx context.Context, stream *client.EventStream) (events <-chan streamItem, wait func()) {
+	ch := make(chan streamItem)
+	var wg sync.WaitGroup
+	wg.Go(func() {
+		for {
+			ev, err := stream.Next()
+			select {
+			case ch <- streamItem{ev, err}:
+			case <-ctx.Done():
+				return
+			}
+			if err != nil {
+				return
+			}
+		}
+	})
+	return ch, wg.Wait
 }

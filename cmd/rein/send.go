@@ -9,7 +9,6 @@ import (
 	"os"
 	"os/signal"
 	"strings"
-	"sync"
 
 	"github.com/reinhq/rein"
 	"github.com/reinhq/rein/client"
@@ -89,27 +88,9 @@ func runSend(ctx context.Context, args []string, io stdio, sigs <-chan os.Signal
 	defer cancel()
 	stream := c.Stream(streamCtx, sid, after)
 	defer stream.Close()
-	type item struct {
-		ev  rein.Event
-		err error
-	}
-	events := make(chan item)
-	var wg sync.WaitGroup
-	defer wg.Wait()
+	events, wait := pump(streamCtx, stream)
+	defer wait()
 	defer cancel()
-	wg.Go(func() {
-		for {
-			ev, err := stream.Next()
-			select {
-			case events <- item{ev, err}:
-			case <-streamCtx.Done():
-				return
-			}
-			if err != nil {
-				return
-			}
-		}
-	})
 
 	out := &replyPrinter{w: io.out}
 	enc := json.NewEncoder(io.out)
