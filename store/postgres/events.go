@@ -166,10 +166,12 @@ type group struct {
 //  1. lockLeasesSQL share-locks the lease rows whose token a fenced group
 //     carries, so no takeover can commit between the check in step 3 and
 //     our commit: the fence check and the write are one.
-//  2. lockCountersSQL locks the sessions' counter rows one by one in the
-//     order given — sorted by key, bytewise, the order of the columns' "C"
-//     collation — so two batches, from this process or any other, always
-//     lock in the same order and can never deadlock.
+//  2. lockCountersSQL locks the sessions' counter rows.
+//
+//     Both lock row by row in the order given: sorted by key, bytewise (the
+//     order of the key columns' "C" collation). Every batch, in every
+//     process, takes its locks in that one order, leases before counters,
+//     so no two can wait for each other in a cycle.
 //  3. appendSQL assigns each group its seqs with one counter update per
 //     session and inserts the events. The counter row lock, held until
 //     commit, is what makes seqs gap-free across processes: a concurrent
@@ -184,9 +186,11 @@ type group struct {
 // go to further appendSQL statements ("rounds") in the same transaction.
 
 const lockLeasesSQL = `
-SELECT 1 FROM leases
-WHERE (owner, session_id, token) IN (SELECT * FROM unnest($1::text[], $2::text[], $3::bigint[]))
-FOR SHARE`
+SELECT 1
+FROM unnest($1::text[], $2::text[], $3::bigint[]) AS k(owner, session_id, token)
+CROSS JOIN LATERAL (
+    SELECT 1 FROM leases l WHERE l.owner = k.owner AND l.session_id = k.session_id AND l.token = k.token FOR SHARE
+) locked`
 
 const lockCountersSQL = `
 SELECT 1
@@ -324,15 +328,19 @@ func appendRounds(groups []*group) [][]*group {
 func (s *Store) sendAppendBatch(ctx context.Context, rounds [][]*group, failed *[]*group) error {
 	b := &pgx.Batch{}
 
-	// 1. Lease rows of fenced groups.
-	var lOwners, lIDs []string
-	var lTokens []int64
+	// 1. Lease rows of fenced groups, in key order.
+	var fenced []*group
 	for _, round := range rounds {
 		for _, g := range round {
 			if g.fence != 0 {
-				lOwners, lIDs, lTokens = append(lOwners, g.key.Owner), append(lIDs, g.key.ID), append(lTokens, g.fence)
+				fenced = append(fenced, g)
 			}
 		}
+	}
+	slices.SortFunc(fenced, compareGroups)
+	lOwners, lIDs, lTokens := make([]string, len(fenced)), make([]string, len(fenced)), make([]int64, len(fenced))
+	for i, g := range fenced {
+		lOwners[i], lIDs[i], lTokens[i] = g.key.Owner, g.key.ID, g.fence
 	}
 	if len(lTokens) > 0 {
 		b.Queue(lockLeasesSQL, lOwners, lIDs, lTokens)
@@ -492,10 +500,13 @@ func groupAppends(reqs []*appendReq) []*group {
 		g.reqs = append(g.reqs, r)
 		g.n += len(r.evs)
 	}
-	slices.SortStableFunc(groups, func(a, b *group) int {
-		return cmp.Or(cmp.Compare(a.key.Owner, b.key.Owner), cmp.Compare(a.key.ID, b.key.ID), cmp.Compare(a.fence, b.fence))
-	})
+	slices.SortStableFunc(groups, compareGroups)
 	return groups
+}
+
+// compareGroups orders groups by session key, bytewise, then fence.
+func compareGroups(a, b *group) int {
+	return cmp.Or(cmp.Compare(a.key.Owner, b.key.Owner), cmp.Compare(a.key.ID, b.key.ID), cmp.Compare(a.fence, b.fence))
 }
 
 // ReadEvents returns up to limit events after the cursor and the session's
