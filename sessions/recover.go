@@ -53,13 +53,20 @@ func (s *Service) Start(ctx context.Context) error {
 	return nil
 }
 
-// reapLoop records runs of lost instances as failed.
+// reapLoop records runs of lost instances as failed. It looks every TTL/3,
+// and wakes exactly when a lease it saw held by a lost run expires, so such
+// a run is recorded within one TTL of this instance starting.
 func (s *Service) reapLoop() {
 	defer s.wg.Done()
 	interval := s.cfg.LeaseTTL / 3
 	for {
-		s.reapOrphans(s.ctx)
-		t := time.NewTimer(interval)
+		wait := interval
+		if next := s.reapOrphans(s.ctx); !next.IsZero() {
+			if d := next.Sub(s.now()) + time.Millisecond; d < wait {
+				wait = max(d, time.Millisecond)
+			}
+		}
+		t := time.NewTimer(wait)
 		select {
 		case <-s.ctx.Done():
 			t.Stop()
@@ -70,14 +77,16 @@ func (s *Service) reapLoop() {
 }
 
 // reapOrphans finds RUNNING runs that no live instance holds a lease for
-// and ends them FAILED with reason error.
-func (s *Service) reapOrphans(ctx context.Context) {
+// and ends them FAILED with reason error. It returns the earliest expiry of
+// a lease still held by such a run (zero if none), when it should look
+// again.
+func (s *Service) reapOrphans(ctx context.Context) (next time.Time) {
 	running, err := s.st.ListRunsByStatus(ctx, rein.StatusRunning)
 	if err != nil {
 		if ctx.Err() == nil {
 			s.log.Warn("look for orphaned runs", "err", err)
 		}
-		return
+		return time.Time{}
 	}
 	now := s.now()
 	for _, r := range running {
@@ -91,12 +100,18 @@ func (s *Service) reapOrphans(ctx context.Context) {
 		l, err := s.st.GetLease(ctx, key)
 		switch {
 		case err == nil && l.ExpiresAt.After(now):
-			continue // someone holds the turn and is alive
+			// Someone holds the turn. If it is this run's own lease, its
+			// instance may be gone: look again the moment it expires.
+			if l.RunID == r.ID && (next.IsZero() || l.ExpiresAt.Before(next)) {
+				next = l.ExpiresAt
+			}
+			continue
 		case err != nil && !errors.Is(err, rein.ErrNotFound):
 			continue
 		}
 		s.reapWithLease(ctx, key, r.ID)
 	}
+	return next
 }
 
 // reapWithLease takes the session's turn to record a lost run's end, then
