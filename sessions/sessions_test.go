@@ -15,12 +15,27 @@ import (
 	"github.com/reinhq/rein/model/scripted"
 	"github.com/reinhq/rein/sessions"
 	"github.com/reinhq/rein/store"
-	"github.com/reinhq/rein/store/memory"
 	"github.com/reinhq/rein/tool"
 	"github.com/reinhq/rein/tool/builtin"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+
+// Every scenario runs on every backend: the service's guarantees must not
+// depend on which store is under it.
+func TestMessageRunLifecycle(t *testing.T) { onBackends(t, testMessageRunLifecycle) }
+func TestBusyRejectEnqueueAndCancelQueued(t *testing.T) { onBackends(t, testBusyRejectEnqueueAndCancelQueued) }
+func TestStaleStopIgnored(t *testing.T) { onBackends(t, testStaleStopIgnored) }
+func TestSessionLevelInterrupt(t *testing.T) { onBackends(t, testSessionLevelInterrupt) }
+func TestWhenBusyInterrupt(t *testing.T) { onBackends(t, testWhenBusyInterrupt) }
+func TestClientIDRepeat(t *testing.T) { onBackends(t, testClientIDRepeat) }
+func TestSupplementsAndSystem(t *testing.T) { onBackends(t, testSupplementsAndSystem) }
+func TestToolConfirmationOverService(t *testing.T) { onBackends(t, testToolConfirmationOverService) }
+func TestTimeoutCountsQueueTime(t *testing.T) { onBackends(t, testTimeoutCountsQueueTime) }
+func TestRestartResumesQueuedAndReapsOrphans(t *testing.T) { onBackends(t, testRestartResumesQueuedAndReapsOrphans) }
+func TestOrphanWithoutQueuedRunsIsReaped(t *testing.T) { onBackends(t, testOrphanWithoutQueuedRunsIsReaped) }
+func TestDrainKeepsQueuedRuns(t *testing.T) { onBackends(t, testDrainKeepsQueuedRuns) }
+func TestOwnerIsolation(t *testing.T) { onBackends(t, testOwnerIsolation) }
 
 // script answers "block…" by sleeping an hour (a run that holds the turn
 // until stopped), "note…" with a confirmed write_note, and echoes anything
@@ -181,8 +196,8 @@ func (f *fixture) stop(runID *string, mode string) sessions.InterruptResult {
 
 func ptr(s string) *string { return &s }
 
-func TestMessageRunLifecycle(t *testing.T) {
-	f := newFixture(t, memory.New())
+func testMessageRunLifecycle(t *testing.T, open opener) {
+	f := newFixture(t, open(t))
 	f.newSession()
 	res := f.send("stream it", "")
 	if res.Status != rein.StatusRunning || !strings.HasPrefix(res.RunID, "run_") {
@@ -223,8 +238,8 @@ func TestMessageRunLifecycle(t *testing.T) {
 	}
 }
 
-func TestBusyRejectEnqueueAndCancelQueued(t *testing.T) {
-	f := newFixture(t, memory.New())
+func testBusyRejectEnqueueAndCancelQueued(t *testing.T, open opener) {
+	f := newFixture(t, open(t))
 	f.newSession()
 	a := f.send("block A", "")
 	f.blocking(a.RunID)
@@ -296,8 +311,8 @@ func contains(ts []rein.EventType, t rein.EventType) bool {
 	return false
 }
 
-func TestStaleStopIgnored(t *testing.T) {
-	f := newFixture(t, memory.New())
+func testStaleStopIgnored(t *testing.T, open opener) {
+	f := newFixture(t, open(t))
 	f.newSession()
 	a := f.send("first", "")
 	f.completed(a.RunID)
@@ -331,8 +346,8 @@ func TestStaleStopIgnored(t *testing.T) {
 	f.completed(b.RunID)
 }
 
-func TestSessionLevelInterrupt(t *testing.T) {
-	f := newFixture(t, memory.New())
+func testSessionLevelInterrupt(t *testing.T, open opener) {
+	f := newFixture(t, open(t))
 	f.newSession()
 	a := f.send("block A", "")
 	f.blocking(a.RunID)
@@ -360,8 +375,8 @@ func TestSessionLevelInterrupt(t *testing.T) {
 	}
 }
 
-func TestWhenBusyInterrupt(t *testing.T) {
-	f := newFixture(t, memory.New())
+func testWhenBusyInterrupt(t *testing.T, open opener) {
+	f := newFixture(t, open(t))
 	f.newSession()
 	a := f.send("block A", "")
 	f.blocking(a.RunID)
@@ -386,8 +401,8 @@ func TestWhenBusyInterrupt(t *testing.T) {
 	}
 }
 
-func TestClientIDRepeat(t *testing.T) {
-	f := newFixture(t, memory.New())
+func testClientIDRepeat(t *testing.T, open opener) {
+	f := newFixture(t, open(t))
 	f.newSession()
 	req := sessions.MessageRequest{Text: "block once", ClientID: "c-1"}
 	first, err := f.svc.SendMessage(context.Background(), f.key, req)
@@ -411,8 +426,8 @@ func TestClientIDRepeat(t *testing.T) {
 	}
 }
 
-func TestSupplementsAndSystem(t *testing.T) {
-	f := newFixture(t, memory.New())
+func testSupplementsAndSystem(t *testing.T, open opener) {
+	f := newFixture(t, open(t))
 	f.newSession()
 	ctx := context.Background()
 	s1, err := f.svc.Supplement(ctx, f.key, sessions.SupplementRequest{Text: "be brief", ID: "n1"})
@@ -449,8 +464,8 @@ func TestSupplementsAndSystem(t *testing.T) {
 	}
 }
 
-func TestToolConfirmationOverService(t *testing.T) {
-	f := newFixture(t, memory.New())
+func testToolConfirmationOverService(t *testing.T, open opener) {
+	f := newFixture(t, open(t))
 	f.newSession()
 	ctx := context.Background()
 	r := f.send("note milk", "")
@@ -489,8 +504,8 @@ func TestToolConfirmationOverService(t *testing.T) {
 	}
 }
 
-func TestTimeoutCountsQueueTime(t *testing.T) {
-	f := newFixture(t, memory.New())
+func testTimeoutCountsQueueTime(t *testing.T, open opener) {
+	f := newFixture(t, open(t))
 	f.newSession()
 	a := f.send("block A", "")
 	f.blocking(a.RunID)
@@ -505,8 +520,8 @@ func TestTimeoutCountsQueueTime(t *testing.T) {
 	f.stop(nil, "")
 }
 
-func TestRestartResumesQueuedAndReapsOrphans(t *testing.T) {
-	st := memory.New()
+func testRestartResumesQueuedAndReapsOrphans(t *testing.T, open opener) {
+	st := open(t)
 	k := &killable{Store: st}
 	f := newFixture(t, k, func(c *sessions.Config) { c.Instance = "first" })
 	f.newSession()
@@ -564,8 +579,8 @@ func TestRestartResumesQueuedAndReapsOrphans(t *testing.T) {
 	}
 }
 
-func TestOrphanWithoutQueuedRunsIsReaped(t *testing.T) {
-	st := memory.New()
+func testOrphanWithoutQueuedRunsIsReaped(t *testing.T, open opener) {
+	st := open(t)
 	k := &killable{Store: st}
 	f := newFixture(t, k)
 	f.newSession()
@@ -584,8 +599,8 @@ func TestOrphanWithoutQueuedRunsIsReaped(t *testing.T) {
 	}
 }
 
-func TestDrainKeepsQueuedRuns(t *testing.T) {
-	st := memory.New()
+func testDrainKeepsQueuedRuns(t *testing.T, open opener) {
+	st := open(t)
 	f := newFixture(t, st)
 	f.newSession()
 	a := f.send("block A", "")
@@ -615,8 +630,8 @@ func TestDrainKeepsQueuedRuns(t *testing.T) {
 	}
 }
 
-func TestOwnerIsolation(t *testing.T) {
-	f := newFixture(t, memory.New())
+func testOwnerIsolation(t *testing.T, open opener) {
+	f := newFixture(t, open(t))
 	f.newSession()
 	a := f.send("block A", "")
 	f.blocking(a.RunID)
