@@ -24,18 +24,24 @@ func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 // Every scenario runs on every backend: the service's guarantees must not
 // depend on which store is under it.
 func TestMessageRunLifecycle(t *testing.T) { onBackends(t, testMessageRunLifecycle) }
-func TestBusyRejectEnqueueAndCancelQueued(t *testing.T) { onBackends(t, testBusyRejectEnqueueAndCancelQueued) }
-func TestStaleStopIgnored(t *testing.T) { onBackends(t, testStaleStopIgnored) }
-func TestSessionLevelInterrupt(t *testing.T) { onBackends(t, testSessionLevelInterrupt) }
-func TestWhenBusyInterrupt(t *testing.T) { onBackends(t, testWhenBusyInterrupt) }
-func TestClientIDRepeat(t *testing.T) { onBackends(t, testClientIDRepeat) }
-func TestSupplementsAndSystem(t *testing.T) { onBackends(t, testSupplementsAndSystem) }
+func TestBusyRejectEnqueueAndCancelQueued(t *testing.T) {
+	onBackends(t, testBusyRejectEnqueueAndCancelQueued)
+}
+func TestStaleStopIgnored(t *testing.T)            { onBackends(t, testStaleStopIgnored) }
+func TestSessionLevelInterrupt(t *testing.T)       { onBackends(t, testSessionLevelInterrupt) }
+func TestWhenBusyInterrupt(t *testing.T)           { onBackends(t, testWhenBusyInterrupt) }
+func TestClientIDRepeat(t *testing.T)              { onBackends(t, testClientIDRepeat) }
+func TestSupplementsAndSystem(t *testing.T)        { onBackends(t, testSupplementsAndSystem) }
 func TestToolConfirmationOverService(t *testing.T) { onBackends(t, testToolConfirmationOverService) }
-func TestTimeoutCountsQueueTime(t *testing.T) { onBackends(t, testTimeoutCountsQueueTime) }
-func TestRestartResumesQueuedAndReapsOrphans(t *testing.T) { onBackends(t, testRestartResumesQueuedAndReapsOrphans) }
-func TestOrphanWithoutQueuedRunsIsReaped(t *testing.T) { onBackends(t, testOrphanWithoutQueuedRunsIsReaped) }
+func TestTimeoutCountsQueueTime(t *testing.T)      { onBackends(t, testTimeoutCountsQueueTime) }
+func TestRestartResumesQueuedAndReapsOrphans(t *testing.T) {
+	onBackends(t, testRestartResumesQueuedAndReapsOrphans)
+}
+func TestOrphanWithoutQueuedRunsIsReaped(t *testing.T) {
+	onBackends(t, testOrphanWithoutQueuedRunsIsReaped)
+}
 func TestDrainKeepsQueuedRuns(t *testing.T) { onBackends(t, testDrainKeepsQueuedRuns) }
-func TestOwnerIsolation(t *testing.T) { onBackends(t, testOwnerIsolation) }
+func TestOwnerIsolation(t *testing.T)       { onBackends(t, testOwnerIsolation) }
 
 // script answers "block…" by sleeping an hour (a run that holds the turn
 // until stopped), "note…" with a confirmed write_note, and echoes anything
