@@ -118,18 +118,32 @@ func (s *Service) execute(ctx context.Context, c *run.Control, lr *liveRun) run.
 	lr.w.setFence(lease.Fence())
 	go s.renewLoop(renewCtx, lr, renewed)
 
-	rec, err := s.st.UpdateRun(ctx, key, lease.Fence(), lr.rec.ID, store.RunUpdate{
-		Status: rein.StatusRunning, StartedAt: s.now(), Instance: s.cfg.Instance})
-	if err != nil {
-		return run.Outcome{Reason: rein.ReasonError, Err: fmt.Errorf("record run start: %w", err)}
+	// The RUNNING record and session.run_started are written concurrently
+	// so that a group-committing store makes them durable together (one
+	// fsync instead of two on the path a user waits on).
+	type updated struct {
+		rec *store.RunRecord
+		err error
 	}
+	upd := make(chan updated, 1)
+	go func() {
+		rec, err := s.st.UpdateRun(ctx, key, lease.Fence(), lr.rec.ID, store.RunUpdate{
+			Status: rein.StatusRunning, StartedAt: s.now(), Instance: s.cfg.Instance})
+		upd <- updated{rec, err}
+	}()
+	emitErr := lr.w.Emit(ctx, rein.NewEvent(rein.EventRunStarted, lr.rec.ID, rein.RunStartedPayload{RunID: lr.rec.ID}))
+	u := <-upd
+	if u.err != nil {
+		return run.Outcome{Reason: rein.ReasonError, Err: fmt.Errorf("record run start: %w", u.err)}
+	}
+	if emitErr != nil {
+		return run.Outcome{Reason: rein.ReasonError, Err: emitErr}
+	}
+	rec := u.rec
 	lr.mu.Lock()
 	lr.rec, lr.started = rec, true
 	lr.mu.Unlock()
 	s.cfg.Observer.RunStarted()
-	if err := lr.w.Emit(ctx, rein.NewEvent(rein.EventRunStarted, rec.ID, rein.RunStartedPayload{RunID: rec.ID})); err != nil {
-		return run.Outcome{Reason: rein.ReasonError, Err: err}
-	}
 	sess, err := s.st.GetSession(ctx, key)
 	if err != nil {
 		return run.Outcome{Reason: rein.ReasonError, Err: fmt.Errorf("load session: %w", err)}
