@@ -128,7 +128,6 @@ type env struct {
 	hist   *history
 	inbox  *inbox.Memory
 	gate   *tool.Gate
-	policy agent.PartialPolicy
 }
 
 func newEnv(t *testing.T, script string, extra ...tool.Tool) *env {

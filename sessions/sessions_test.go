@@ -161,11 +161,6 @@ func (f *fixture) completed(runID string) rein.RunCompletedPayload {
 	return p
 }
 
-func (f *fixture) started(runID string) {
-	f.t.Helper()
-	f.waitEvent(func(e rein.Event) bool { return e.Type == rein.EventRunStarted && e.RunID == runID })
-}
-
 // blocking waits until a "block" run is inside its hour-long tool call.
 func (f *fixture) blocking(runID string) {
 	f.t.Helper()
