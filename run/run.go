@@ -272,11 +272,33 @@ func (r *Run) expireQueued() {
 // RUNNING run's context is cancelled at once. It returns whether this call
 // caused the cancellation: false if the run is terminal, already cancelled,
 // or already recording its outcome.
-func (r *Run) Cancel() bool {
+func (r *Run) Cancel() bool { return r.cancel("", nil) }
+
+// CancelAnnounced is Cancel that, when it takes effect, first calls
+// announce — after the cancellation is decided and before it takes effect,
+// and before the run can record its end. A runtime uses it to log the stop
+// request ahead of the stopped run's last event. announce runs with the
+// handle locked: it must not call the handle's methods, and should be
+// quick (one durable append).
+func (r *Run) CancelAnnounced(announce func()) bool { return r.cancel("", announce) }
+
+func (r *Run) cancel(msg string, announce func()) bool {
 	r.mu.Lock()
+	return r.cancelLocked(msg, announce)
+}
+
+// cancelLocked is cancel with r.mu held; it releases it.
+func (r *Run) cancelLocked(msg string, announce func()) bool {
 	switch r.st {
 	case stCreated:
-		r.cancelled = true
+		if r.cancelled {
+			r.mu.Unlock()
+			return false
+		}
+		r.cancelled, r.intMsg = true, msg
+		if announce != nil {
+			announce()
+		}
 		r.mu.Unlock()
 		r.finishUnstarted()
 		return true
@@ -285,7 +307,10 @@ func (r *Run) Cancel() bool {
 			r.mu.Unlock()
 			return false
 		}
-		r.cancelled = true
+		r.cancelled, r.intMsg = true, msg
+		if announce != nil {
+			announce()
+		}
 		r.mu.Unlock()
 		if r.eng.dequeue(r) {
 			r.finishUnstarted()
@@ -299,6 +324,9 @@ func (r *Run) Cancel() bool {
 			return false
 		}
 		r.cancelled = true
+		if announce != nil {
+			announce()
+		}
 		r.mu.Unlock()
 		r.runCancel(rein.ErrCancelled)
 		return true
@@ -314,18 +342,21 @@ func (r *Run) Cancel() bool {
 // is a Cancel. msg is recorded, never treated as user input. It returns
 // whether this call took effect (false if terminal, already cancelled or
 // interrupted, or already recording its outcome).
-func (r *Run) Interrupt(msg string) bool {
+func (r *Run) Interrupt(msg string) bool { return r.interruptRun(msg, nil) }
+
+// InterruptAnnounced is Interrupt with an announce callback, as for
+// CancelAnnounced.
+func (r *Run) InterruptAnnounced(msg string, announce func()) bool {
+	return r.interruptRun(msg, announce)
+}
+
+func (r *Run) interruptRun(msg string, announce func()) bool {
 	r.mu.Lock()
 	switch r.st {
 	case stCreated, stQueued:
-		r.mu.Unlock()
-		if r.Cancel() {
-			r.mu.Lock()
-			r.intMsg = msg
-			r.mu.Unlock()
-			return true
-		}
-		return false
+		// Still under the lock: the lane cannot admit the run in between
+		// and turn this interrupt into a cancel of a running run.
+		return r.cancelLocked(msg, announce)
 	case stRunning:
 		if r.cancelled || r.interrupt || r.committed {
 			r.mu.Unlock()
@@ -333,6 +364,9 @@ func (r *Run) Interrupt(msg string) bool {
 		}
 		r.interrupt = true
 		r.intMsg = msg
+		if announce != nil {
+			announce()
+		}
 		r.mu.Unlock()
 		r.workCancel(rein.ErrInterrupted)
 		return true

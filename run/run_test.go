@@ -511,3 +511,38 @@ func TestFinishAndAdmittedHooks(t *testing.T) {
 		t.Fatalf("hooks %s\nwant  %s", got, want)
 	}
 }
+
+// TestAnnouncedStopsComeBeforeTheEnd: the announce callback of an accepted
+// stop runs before the run records its end (Finish), for a queued and a
+// running run alike, and is not called for a stop that does not take effect.
+func TestAnnouncedStopsComeBeforeTheEnd(t *testing.T) {
+	e := run.NewEngine(run.EngineOptions{})
+	var mu sync.Mutex
+	var log []string
+	note := func(s string) { mu.Lock(); log = append(log, s); mu.Unlock() }
+	fin := func(o *run.Options) { o.Finish = func(r *run.Run, res run.Result) { note("finish " + r.ID()) } }
+	a := newGate()
+	ra := prepare(t, e, "a", a.fn, fin)
+	rb := prepare(t, e, "b", newGate().fn, fin)
+	start(t, ra, rein.StatusRunning)
+	entered(t, a)
+	start(t, rb, rein.StatusQueued)
+
+	if !rb.CancelAnnounced(func() { note("announce b") }) {
+		t.Fatal("cancel of queued b")
+	}
+	if rb.CancelAnnounced(func() { note("announce b again") }) {
+		t.Fatal("second cancel took effect")
+	}
+	if !ra.InterruptAnnounced("stop", func() { note("announce a") }) {
+		t.Fatal("interrupt of running a")
+	}
+	wait(t, ra)
+	wait(t, rb)
+	if got := join(log); got != "announce b,finish b,announce a,finish a" {
+		t.Fatalf("order %s", got)
+	}
+	if ra.InterruptMessage() != "stop" {
+		t.Fatal("message lost")
+	}
+}

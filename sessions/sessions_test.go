@@ -274,8 +274,11 @@ func testBusyRejectEnqueueAndCancelQueued(t *testing.T, open opener) {
 	if p := f.completed(b.RunID); p.Status != rein.StatusCancelled || p.Reason != rein.ReasonCancelled {
 		t.Fatalf("B %+v", p)
 	}
-	if got := f.runEvents(b.RunID); contains(got, rein.EventRunStarted) {
-		t.Fatalf("B started: %v", got)
+	// B never started; the stop that cancelled it is logged before its
+	// run_completed, which is its last event.
+	if got := f.runEvents(b.RunID); contains(got, rein.EventRunStarted) ||
+		strings.Join(eventNames(got), ",") != "user.message,session.run_queued,user.interrupt,session.run_completed,user.interrupt" {
+		t.Fatalf("B's events: %v", got)
 	}
 	if rec, _ := f.svc.GetRun(context.Background(), f.key, a.RunID); rec.Status != rein.StatusRunning {
 		t.Fatal("A disturbed")
@@ -301,6 +304,14 @@ func testBusyRejectEnqueueAndCancelQueued(t *testing.T, open opener) {
 	if cStart < aEnd {
 		t.Fatalf("C started at %d before A ended at %d", cStart, aEnd)
 	}
+}
+
+func eventNames(ts []rein.EventType) []string {
+	out := make([]string, len(ts))
+	for i, t := range ts {
+		out[i] = string(t)
+	}
+	return out
 }
 
 func contains(ts []rein.EventType, t rein.EventType) bool {

@@ -7,6 +7,7 @@ import (
 
 	"github.com/reinhq/rein"
 	"github.com/reinhq/rein/internal/id"
+	"github.com/reinhq/rein/run"
 	"github.com/reinhq/rein/store"
 	"github.com/reinhq/rein/tool"
 )
@@ -135,18 +136,9 @@ func (s *Service) SendMessage(ctx context.Context, key rein.SessionKey, req Mess
 // turn returns the run holding the session's turn ("" if none) and how
 // many runs are queued, from this process's lanes and the store's lease.
 func (s *Service) turn(ctx context.Context, key rein.SessionKey) (holder string, queued int, err error) {
-	running, q := s.engine.Lane(key)
-	// A run that is recording its end (its run_completed may already be
-	// visible), or that just turned terminal while its lane has not moved
-	// on yet, no longer holds the turn.
-	if running != nil && (running.Status().Terminal() || s.ending(running.ID())) {
-		// Wait the microseconds until the lane moves on.
-		select {
-		case <-running.Done():
-		case <-ctx.Done():
-			return "", 0, ctx.Err()
-		}
-		running, q = s.engine.Lane(key)
+	running, q, err := s.lane(ctx, key)
+	if err != nil {
+		return "", 0, err
 	}
 	if running != nil {
 		holder = running.ID()
@@ -164,6 +156,24 @@ func (s *Service) turn(ctx context.Context, key rein.SessionKey) (holder string,
 		}
 	}
 	return holder, queued, nil
+}
+
+// lane returns the session's running run in this process (nil if none)
+// and its queued runs. A run that is recording its end (its run_completed
+// may already be visible), or that just turned terminal while its lane has
+// not moved on yet, is no longer the session's current run: lane waits the
+// microseconds until the lane moves on.
+func (s *Service) lane(ctx context.Context, key rein.SessionKey) (running *run.Run, queued []*run.Run, err error) {
+	running, queued = s.engine.Lane(key)
+	for running != nil && (running.Status().Terminal() || s.ending(running.ID())) {
+		select {
+		case <-running.Done():
+		case <-ctx.Done():
+			return nil, nil, ctx.Err()
+		}
+		running, queued = s.engine.Lane(key)
+	}
+	return running, queued, nil
 }
 
 // ending reports whether the live run is recording its end.
@@ -246,31 +256,52 @@ func (s *Service) Interrupt(ctx context.Context, key rein.SessionKey, req Interr
 	target := ""
 	if req.RunID != nil {
 		target = *req.RunID
-	} else if running, _ := s.engine.Lane(key); running != nil {
-		target = running.ID()
+	} else {
+		running, _, err := s.lane(ctx, key)
+		if err != nil {
+			return InterruptResult{}, err
+		}
+		if running != nil {
+			target = running.ID()
+		}
 	}
 	msg := ""
 	if req.Message != nil {
 		msg = *req.Message
 	}
+	event := func(accepted bool) rein.Event {
+		p := rein.UserInterruptPayload{Mode: req.Mode, Accepted: accepted, Message: req.Message}
+		if target != "" {
+			p.RunID = &target
+		}
+		return rein.NewEvent(rein.EventUserInterrupt, target, p)
+	}
+	// An accepted stop is logged before it takes effect, so the stopped
+	// run's session.run_completed comes after the user.interrupt that
+	// caused it. The append must not be cut short by the requester going
+	// away: the stop happens regardless.
+	var logErr error
+	announce := func() {
+		s.noteStop(target, req.Mode)
+		actx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
+		defer cancel()
+		_, logErr = s.appendEvents(actx, key, store.Fence{}, []rein.Event{event(true)})
+	}
 	accepted := false
 	if target != "" {
 		if h, ok := s.registry.Find(key, target); ok {
 			if req.Mode == ModeInterrupt {
-				accepted = h.Interrupt(msg)
+				accepted = h.InterruptAnnounced(msg, announce)
 			} else {
-				accepted = h.Cancel()
-			}
-			if accepted {
-				s.noteStop(target, req.Mode)
+				accepted = h.CancelAnnounced(announce)
 			}
 		}
 	}
-	p := rein.UserInterruptPayload{Mode: req.Mode, Accepted: accepted, Message: req.Message}
-	if target != "" {
-		p.RunID = &target
-	}
-	if _, err := s.appendEvents(ctx, key, store.Fence{}, []rein.Event{rein.NewEvent(rein.EventUserInterrupt, target, p)}); err != nil {
+	if accepted {
+		if logErr != nil {
+			return InterruptResult{}, logErr
+		}
+	} else if _, err := s.appendEvents(ctx, key, store.Fence{}, []rein.Event{event(false)}); err != nil {
 		return InterruptResult{}, err
 	}
 	return InterruptResult{Accepted: accepted, RunID: target}, nil
