@@ -10,7 +10,9 @@ import (
 	"github.com/reinhq/rein"
 )
 
-func call(id string) rein.ToolCall { return rein.ToolCall{ID: id, Name: "t", Input: json.RawMessage(`{}`)} }
+func call(id string) rein.ToolCall {
+	return rein.ToolCall{ID: id, Name: "t", Input: json.RawMessage(`{}`)}
+}
 
 func TestValidateTranscript(t *testing.T) {
 	u := rein.Message{Role: rein.RoleUser, Text: "hi"}

@@ -779,7 +779,6 @@ func TestE2EOwnerIsolation(t *testing.T) {
 	}
 }
 
-
 // BenchmarkStreamReplay reads a stored log of 10,000 events through the
 // client: over SSE with Stream, and page by page with ListEvents.
 func BenchmarkStreamReplay(b *testing.B) {
