@@ -124,29 +124,8 @@ func (s *Store) GetLease(ctx context.Context, key rein.SessionKey) (*store.Lease
 // ListExpiredLeases returns the leases that expired before now, oldest
 // expiry first.
 func (s *Store) ListExpiredLeases(ctx context.Context, now time.Time) ([]*store.Lease, error) {
-	if err := s.checkOpen(); err != nil {
-		return nil, err
-	}
-	octx, cancel := s.opContext(ctx)
-	defer cancel()
-	rows, err := s.pool.Query(octx, `SELECT `+leaseColumns+` FROM leases WHERE expires_at < $1
+	return queryAll(ctx, s, "list expired leases", scanLease, `SELECT `+leaseColumns+` FROM leases WHERE expires_at < $1
 		ORDER BY expires_at, owner, session_id`, ceilMicro(now))
-	if err != nil {
-		return nil, s.fail(ctx, octx, "list expired leases", err)
-	}
-	defer rows.Close()
-	out := []*store.Lease{}
-	for rows.Next() {
-		l, err := scanLease(rows)
-		if err != nil {
-			return nil, s.fail(ctx, octx, "list expired leases", err)
-		}
-		out = append(out, l)
-	}
-	if err := rows.Err(); err != nil {
-		return nil, s.fail(ctx, octx, "list expired leases", err)
-	}
-	return out, nil
 }
 
 // ceilMicro rounds t up to PostgreSQL's microsecond precision. A stored

@@ -214,26 +214,5 @@ func (s *Store) ListRunsByStatus(ctx context.Context, statuses ...rein.RunStatus
 }
 
 func (s *Store) listRuns(ctx context.Context, op, query string, args ...any) ([]*store.RunRecord, error) {
-	if err := s.checkOpen(); err != nil {
-		return nil, err
-	}
-	octx, cancel := s.opContext(ctx)
-	defer cancel()
-	rows, err := s.pool.Query(octx, query, args...)
-	if err != nil {
-		return nil, s.fail(ctx, octx, op, err)
-	}
-	defer rows.Close()
-	out := []*store.RunRecord{}
-	for rows.Next() {
-		r, err := scanRun(rows)
-		if err != nil {
-			return nil, s.fail(ctx, octx, op, err)
-		}
-		out = append(out, r)
-	}
-	if err := rows.Err(); err != nil {
-		return nil, s.fail(ctx, octx, op, err)
-	}
-	return out, nil
+	return queryAll(ctx, s, op, scanRun, query, args...)
 }

@@ -115,6 +115,12 @@ func (s *Store) ListChildren(ctx context.Context, key rein.SessionKey) ([]*store
 }
 
 func (s *Store) listSessions(ctx context.Context, op, query string, args ...any) ([]*store.Session, error) {
+	return queryAll(ctx, s, op, scanSession, query, args...)
+}
+
+// queryAll runs a query outside any session check and scans every row
+// with scan; the result is never nil.
+func queryAll[T any](ctx context.Context, s *Store, op string, scan func(pgx.Row) (T, error), query string, args ...any) ([]T, error) {
 	if err := s.checkOpen(); err != nil {
 		return nil, err
 	}
@@ -125,13 +131,13 @@ func (s *Store) listSessions(ctx context.Context, op, query string, args ...any)
 		return nil, s.fail(ctx, octx, op, err)
 	}
 	defer rows.Close()
-	out := []*store.Session{}
+	out := []T{}
 	for rows.Next() {
-		sess, err := scanSession(rows)
+		v, err := scan(rows)
 		if err != nil {
 			return nil, s.fail(ctx, octx, op, err)
 		}
-		out = append(out, sess)
+		out = append(out, v)
 	}
 	if err := rows.Err(); err != nil {
 		return nil, s.fail(ctx, octx, op, err)
