@@ -3,6 +3,7 @@ package agent_test
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"strings"
 	"sync"
 	"testing"
@@ -75,26 +76,39 @@ func (s *sink) events() []rein.Event {
 	return append([]rein.Event(nil), s.evs...)
 }
 
-// waitFor blocks until an event of type t has been emitted.
-func (s *sink) waitFor(t *testing.T, typ rein.EventType) rein.Event {
+// waitUntil blocks until done holds for the events emitted so far.
+func (s *sink) waitUntil(t *testing.T, what string, done func([]rein.Event) bool) {
 	t.Helper()
 	deadline := time.After(10 * time.Second)
 	for {
 		s.mu.Lock()
-		for _, e := range s.evs {
-			if e.Type == typ {
-				s.mu.Unlock()
-				return e
-			}
-		}
-		ch := s.notify
+		ok, ch := done(s.evs), s.notify
 		s.mu.Unlock()
+		if ok {
+			return
+		}
 		select {
 		case <-ch:
 		case <-deadline:
-			t.Fatalf("no %s event", typ)
+			t.Fatalf("waited in vain for %s", what)
 		}
 	}
+}
+
+// waitFor blocks until an event of type typ has been emitted and returns it.
+func (s *sink) waitFor(t *testing.T, typ rein.EventType) rein.Event {
+	t.Helper()
+	var found rein.Event
+	s.waitUntil(t, string(typ), func(evs []rein.Event) bool {
+		for _, e := range evs {
+			if e.Type == typ {
+				found = e
+				return true
+			}
+		}
+		return false
+	})
+	return found
 }
 
 // recorder wraps a model and keeps every request it received.
@@ -246,33 +260,20 @@ func (e *env) nextRunIsWellFormed(runID string) {
 
 // ------------------------------------------------------------------ tests
 
+// stallScript answers the follow-up runs of the stop tests; the run under
+// test ("go") is served by stalledAfterFirstChunk instead.
 const stallScript = `
 rules:
   - match: "^and now"
     steps:
       - text: "fine"
-  - match: ".*"
-    steps:
-      - text: "one two three"
-        chunks: 3
-        chunk_delay: 10s
 `
 
 func TestInterruptStalledModelIsPrompt(t *testing.T) {
-	// A model that sends one chunk and then stalls for 10 s before the next.
-	stall := `
-rules:
-  - match: "^and now"
-    steps:
-      - text: "fine"
-  - match: ".*"
-    steps:
-      - text: "ab"
-        chunks: 2
-        chunk_delay: 10s
-`
-	e := newEnv(t, stall)
-	e.model.Model = firstChunkFast{e.model.Model}
+	// A model that sends one chunk and then stalls (longer than any 10 s
+	// gap between chunks): the interrupt must not wait for the next chunk.
+	e := newEnv(t, stallScript)
+	e.model.Model = stalledAfterFirstChunk{e.model.Model}
 	r, sk := e.start("r1", "go")
 	sk.waitFor(t, rein.EventMessageDelta) // the first chunk arrived; the model now stalls
 	t0 := time.Now()
@@ -297,12 +298,14 @@ rules:
 	e.nextRunIsWellFormed("r2")
 }
 
-// firstChunkFast makes the scripted model deliver its first delta at once
-// and stall before the second, by wrapping the stream: the script's 10 s
-// delay applies before every delta, so we skip waiting for the first.
-type firstChunkFast struct{ model.Model }
+// stalledAfterFirstChunk serves the run input "go" with a stream that
+// delivers one delta at once and then stalls until its context ends (the
+// scripted model's chunk_delay comes before every delta, the first
+// included, so it cannot express "one chunk, then silence"). Other inputs
+// go to the wrapped model.
+type stalledAfterFirstChunk struct{ model.Model }
 
-func (f firstChunkFast) Stream(ctx context.Context, req *model.Request) (model.Stream, error) {
+func (f stalledAfterFirstChunk) Stream(ctx context.Context, req *model.Request) (model.Stream, error) {
 	if req.Input != "go" {
 		return f.Model.Stream(ctx, req)
 	}
@@ -373,20 +376,9 @@ func TestInterruptDuringToolCall(t *testing.T) {
 
 func waitResults(t *testing.T, sk *sink, n int) {
 	t.Helper()
-	deadline := time.After(10 * time.Second)
-	for {
-		if len(toolResults(t, sk.events())) >= n {
-			return
-		}
-		sk.mu.Lock()
-		ch := sk.notify
-		sk.mu.Unlock()
-		select {
-		case <-ch:
-		case <-deadline:
-			t.Fatalf("fewer than %d tool results", n)
-		}
-	}
+	sk.waitUntil(t, fmt.Sprintf("%d tool results", n), func(evs []rein.Event) bool {
+		return len(toolResults(t, evs)) >= n
+	})
 }
 
 func TestCancelDuringToolCall(t *testing.T) {
@@ -416,7 +408,7 @@ func TestCancelDuringToolCall(t *testing.T) {
 func TestCancelMidStreamDiscardPolicy(t *testing.T) {
 	e := newEnv(t, stallScript)
 	e.agent, _ = agent.New(agent.Config{Model: e.model, Tools: e.tools, Partial: agent.DiscardPartial})
-	e.model.Model = firstChunkFast{e.model.Model}
+	e.model.Model = stalledAfterFirstChunk{e.model.Model}
 	r, sk := e.start("r1", "go")
 	sk.waitFor(t, rein.EventMessageDelta)
 	r.Interrupt("")
