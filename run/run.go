@@ -142,6 +142,16 @@ func (r *Run) Status() rein.RunStatus {
 	}
 }
 
+// Decided reports whether the run's outcome is fixed: its Func has returned
+// (or it never ran) and its Finish is running or done. From then on stops
+// no longer take effect and the run no longer holds its lane in any sense
+// but the last bookkeeping; Done follows shortly.
+func (r *Run) Decided() bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.decided
+}
+
 // Done is closed when the run is terminal. Observing it never starts or
 // cancels the run.
 func (r *Run) Done() <-chan struct{} { return r.done }

@@ -26,7 +26,6 @@ type liveRun struct {
 	renew    context.CancelFunc
 	renewed  chan struct{} // closed when the renewal loop exits
 	started  bool          // admitted and recorded RUNNING
-	ending   bool          // its end is being recorded; the turn is free
 	drained  bool          // never executed: the service was draining
 	stopAt   time.Time
 	stopMode string
@@ -263,12 +262,7 @@ func (s *Service) finish(lr *liveRun, res run.Result) {
 	usage := res.Usage
 	_, uerr := s.st.UpdateRun(ctx, key, fence, lr.rec.ID, store.RunUpdate{
 		Status: res.Status, Reason: res.Reason, Error: errText, EndedAt: s.now(), Usage: &usage})
-	// From here on the run no longer holds its session's turn: admission
-	// waits for it to finish instead of answering session_busy, and its
-	// confirmations are closed before anyone can see run_completed.
-	lr.mu.Lock()
-	lr.ending = true
-	lr.mu.Unlock()
+	// Confirmations close before anyone can see run_completed.
 	if err := s.st.CloseConfirmations(ctx, key, lr.rec.ID); err != nil {
 		s.log.Warn("close confirmations", "session", key.String(), "run", lr.rec.ID, "err", err)
 	}

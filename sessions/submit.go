@@ -68,7 +68,7 @@ func (s *Service) SendMessage(ctx context.Context, key rein.SessionKey, req Mess
 	}
 	if req.ClientID != "" {
 		if prev, err := s.st.GetRunByClientID(ctx, key, req.ClientID); err == nil {
-			return MessageResult{RunID: prev.ID, Status: prev.Status, Repeat: true}, nil
+			return MessageResult{RunID: prev.ID, Status: s.statusOf(prev), Repeat: true}, nil
 		} else if !errors.Is(err, rein.ErrNotFound) {
 			return MessageResult{}, err
 		}
@@ -103,7 +103,7 @@ func (s *Service) SendMessage(ctx context.Context, key rein.SessionKey, req Mess
 	if err := s.st.CreateRun(ctx, rec); err != nil {
 		if errors.Is(err, rein.ErrConflict) && req.ClientID != "" {
 			if prev, gerr := s.st.GetRunByClientID(ctx, key, req.ClientID); gerr == nil {
-				return MessageResult{RunID: prev.ID, Status: prev.Status, Repeat: true}, nil
+				return MessageResult{RunID: prev.ID, Status: s.statusOf(prev), Repeat: true}, nil
 			}
 		}
 		return MessageResult{}, err
@@ -158,14 +158,28 @@ func (s *Service) turn(ctx context.Context, key rein.SessionKey) (holder string,
 	return holder, queued, nil
 }
 
+// statusOf is a run's current status: the live handle's while this process
+// runs it (the record says QUEUED until the admitted run has taken its
+// lease and recorded RUNNING), else — and once its outcome is decided and
+// being recorded — the stored one.
+func (s *Service) statusOf(rec *store.RunRecord) rein.RunStatus {
+	s.mu.Lock()
+	lr := s.live[rec.ID]
+	s.mu.Unlock()
+	if lr != nil && !lr.h.Decided() {
+		return lr.h.Status()
+	}
+	return rec.Status
+}
+
 // lane returns the session's running run in this process (nil if none)
-// and its queued runs. A run that is recording its end (its run_completed
-// may already be visible), or that just turned terminal while its lane has
-// not moved on yet, is no longer the session's current run: lane waits the
-// microseconds until the lane moves on.
+// and its queued runs. A run whose outcome is decided (it is recording its
+// end, so its run_completed may already be visible, or it just turned
+// terminal and its lane has not moved on yet) is no longer the session's
+// current run: lane waits the moment until the lane moves on.
 func (s *Service) lane(ctx context.Context, key rein.SessionKey) (running *run.Run, queued []*run.Run, err error) {
 	running, queued = s.engine.Lane(key)
-	for running != nil && (running.Status().Terminal() || s.ending(running.ID())) {
+	for running != nil && running.Decided() {
 		select {
 		case <-running.Done():
 		case <-ctx.Done():
@@ -174,19 +188,6 @@ func (s *Service) lane(ctx context.Context, key rein.SessionKey) (running *run.R
 		running, queued = s.engine.Lane(key)
 	}
 	return running, queued, nil
-}
-
-// ending reports whether the live run is recording its end.
-func (s *Service) ending(runID string) bool {
-	s.mu.Lock()
-	lr := s.live[runID]
-	s.mu.Unlock()
-	if lr == nil {
-		return false
-	}
-	lr.mu.Lock()
-	defer lr.mu.Unlock()
-	return lr.ending
 }
 
 func (s *Service) firstQueued(key rein.SessionKey) string {
