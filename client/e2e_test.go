@@ -10,7 +10,6 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
-	"net/http/httptest"
 	"slices"
 	"strings"
 	"sync"
@@ -18,14 +17,9 @@ import (
 	"time"
 
 	"github.com/reinhq/rein"
-	"github.com/reinhq/rein/agent"
 	"github.com/reinhq/rein/client"
-	"github.com/reinhq/rein/model/scripted"
-	"github.com/reinhq/rein/server"
+	"github.com/reinhq/rein/internal/reintest"
 	"github.com/reinhq/rein/sessions"
-	"github.com/reinhq/rein/store/memory"
-	"github.com/reinhq/rein/tool"
-	"github.com/reinhq/rein/tool/builtin"
 )
 
 // testTimeout bounds every wait: a test that needs longer has failed.
@@ -44,46 +38,20 @@ type stack struct {
 // newStack starts a server. tokens nil is single-user mode.
 func newStack(t testing.TB, tokens map[string]string) *stack {
 	t.Helper()
-	m, err := scripted.Open("testdata/script.yaml")
-	if err != nil {
-		t.Fatal(err)
-	}
-	tools, err := tool.NewRegistry(tool.RegistryOptions{}, builtin.All()...)
-	if err != nil {
-		t.Fatal(err)
-	}
-	ag, err := agent.New(agent.Config{Model: m, Tools: tools})
-	if err != nil {
-		t.Fatal(err)
-	}
-	st := memory.New()
-	svc, err := sessions.New(sessions.Config{Store: st, Agent: ag, Workspace: t.TempDir(), InterruptGrace: 2 * time.Second})
-	if err != nil {
-		t.Fatal(err)
-	}
-	srv, err := server.New(server.Config{Service: svc, Tokens: tokens})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := svc.Start(context.Background()); err != nil {
-		t.Fatal(err)
-	}
 	s := &stack{}
-	ts := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		s.mu.Lock()
-		s.seen = append(s.seen, r.Clone(context.Background()))
-		s.mu.Unlock()
-		srv.ServeHTTP(w, r)
-	}))
-	s.url, s.hc = ts.URL, ts.Client()
-	t.Cleanup(func() {
-		// Runs first (their completions reach the log), then streams,
-		// then connections, then the store.
-		_ = svc.Close()
-		_ = srv.Close()
-		ts.Close()
-		_ = st.Close()
+	ts := reintest.NewServer(t, reintest.ServerOptions{
+		Script: "testdata/script.yaml", Tokens: tokens,
+		Configure: func(c *sessions.Config) { c.InterruptGrace = 2 * time.Second },
+		Wrap: func(h http.Handler) http.Handler {
+			return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+				s.mu.Lock()
+				s.seen = append(s.seen, r.Clone(context.Background()))
+				s.mu.Unlock()
+				h.ServeHTTP(w, r)
+			})
+		},
 	})
+	s.url, s.hc = ts.URL, ts.HTTP
 	return s
 }
 

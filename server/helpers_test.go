@@ -10,22 +10,16 @@ import (
 	"io"
 	"log/slog"
 	"net/http"
-	"net/http/httptest"
-	"os"
 	"strconv"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/reinhq/rein"
-	"github.com/reinhq/rein/agent"
-	"github.com/reinhq/rein/model/scripted"
+	"github.com/reinhq/rein/internal/reintest"
 	"github.com/reinhq/rein/server"
 	"github.com/reinhq/rein/sessions"
 	"github.com/reinhq/rein/store"
-	"github.com/reinhq/rein/store/memory"
-	"github.com/reinhq/rein/tool"
-	"github.com/reinhq/rein/tool/builtin"
 )
 
 // testTimeout bounds every wait of a test, so a bug hangs nothing: a wait
@@ -52,71 +46,31 @@ type stack struct {
 	st  store.Store
 	svc *sessions.Service
 	srv *server.Server
-	ts  *httptest.Server
 	url string
 }
 
-// assemble builds the runtime the way `rein serve` does, without HTTP.
-func assemble(o options) (*sessions.Service, *server.Metrics, error) {
-	m, err := scripted.Open("testdata/script.yaml")
-	if err != nil {
-		return nil, nil, err
-	}
-	tools, err := tool.NewRegistry(tool.RegistryOptions{Logger: o.logger}, builtin.All()...)
-	if err != nil {
-		return nil, nil, err
-	}
-	ag, err := agent.New(agent.Config{Model: m, Tools: tools, Logger: o.logger})
-	if err != nil {
-		return nil, nil, err
-	}
+// assemble builds the runtime the way `rein serve` does, without HTTP,
+// with its files in workspace.
+func assemble(o options, workspace string) (*sessions.Service, *server.Metrics, error) {
 	metrics, err := server.NewMetrics(nil)
 	if err != nil {
 		return nil, nil, err
 	}
-	workspace, err := os.MkdirTemp("", "rein-server-test-")
-	if err != nil {
-		return nil, nil, err
-	}
-	svc, err := sessions.New(sessions.Config{
-		Store: o.store, Agent: ag, Observer: metrics, Logger: o.logger,
-		LeaseTTL: o.leaseTTL, InterruptGrace: o.grace, Workspace: workspace,
+	svc, err := reintest.Service("testdata/script.yaml", o.store, func(c *sessions.Config) {
+		c.Observer, c.Logger, c.Workspace = metrics, o.logger, workspace
+		c.LeaseTTL, c.InterruptGrace = o.leaseTTL, o.grace
 	})
 	return svc, metrics, err
 }
 
 func newStack(t testing.TB, o options) *stack {
 	t.Helper()
-	if o.store == nil {
-		o.store = memory.New()
-	}
-	if o.logger == nil {
-		o.logger = slog.New(slog.DiscardHandler)
-	}
-	svc, metrics, err := assemble(o)
-	if err != nil {
-		t.Fatal(err)
-	}
-	srv, err := server.New(server.Config{Service: svc, Tokens: o.tokens, Logger: o.logger, Metrics: metrics, Heartbeat: o.heartbeat})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if !o.noStart {
-		if err := svc.Start(context.Background()); err != nil {
-			t.Fatal(err)
-		}
-	}
-	ts := httptest.NewServer(srv)
-	s := &stack{t: t, st: o.store, svc: svc, srv: srv, ts: ts, url: ts.URL}
-	t.Cleanup(func() {
-		// Runs first (their completions reach the log), then streams
-		// (after a last read), then connections, then the store.
-		_ = svc.Close()
-		_ = srv.Close()
-		ts.Close()
-		_ = o.store.Close()
+	ts := reintest.NewServer(t, reintest.ServerOptions{
+		Script: "testdata/script.yaml", Store: o.store, Tokens: o.tokens, Logger: o.logger,
+		Heartbeat: o.heartbeat, NoStart: o.noStart,
+		Configure: func(c *sessions.Config) { c.LeaseTTL, c.InterruptGrace = o.leaseTTL, o.grace },
 	})
-	return s
+	return &stack{t: t, st: ts.Store, svc: ts.Service, srv: ts.Handler, url: ts.URL}
 }
 
 // ---------------------------------------------------------------- raw HTTP

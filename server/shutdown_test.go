@@ -29,7 +29,7 @@ func serve(t *testing.T, o options) *served {
 	if o.store == nil {
 		o.store = memory.New()
 	}
-	svc, metrics, err := assemble(o)
+	svc, metrics, err := assemble(o, t.TempDir())
 	if err != nil {
 		t.Fatal(err)
 	}

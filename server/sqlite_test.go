@@ -99,7 +99,13 @@ func runChild() {
 		fmt.Fprintln(os.Stderr, "child: open:", err)
 		os.Exit(2)
 	}
-	svc, metrics, err := assemble(options{store: st, leaseTTL: ttl})
+	workspace, err := os.MkdirTemp("", "rein-crash-child-")
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "child:", err)
+		os.Exit(2)
+	}
+	defer os.RemoveAll(workspace)
+	svc, metrics, err := assemble(options{store: st, leaseTTL: ttl}, workspace)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "child:", err)
 		os.Exit(2)

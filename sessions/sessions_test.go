@@ -11,12 +11,9 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/reinhq/rein"
-	"github.com/reinhq/rein/agent"
-	"github.com/reinhq/rein/model/scripted"
+	"github.com/reinhq/rein/internal/reintest"
 	"github.com/reinhq/rein/sessions"
 	"github.com/reinhq/rein/store"
-	"github.com/reinhq/rein/tool"
-	"github.com/reinhq/rein/tool/builtin"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
@@ -43,34 +40,6 @@ func TestOrphanWithoutQueuedRunsIsReaped(t *testing.T) {
 func TestDrainKeepsQueuedRuns(t *testing.T) { onBackends(t, testDrainKeepsQueuedRuns) }
 func TestOwnerIsolation(t *testing.T)       { onBackends(t, testOwnerIsolation) }
 
-// script answers "block…" by sleeping an hour (a run that holds the turn
-// until stopped), "note…" with a confirmed write_note, and echoes anything
-// else with the system prompt and hints.
-const script = `
-rules:
-  - match: "^block"
-    steps:
-      - text: "blocking"
-        tool_calls:
-          - name: sleep
-            input: {seconds: 3600}
-      - text: "unblocked"
-  - match: "^note"
-    steps:
-      - text: "noting"
-        tool_calls:
-          - name: write_note
-            input: {text: "{{.Input}}"}
-      - text: "note: {{.ToolResult}}"
-  - match: "^stream"
-    steps:
-      - text: "one two three four"
-        chunks: 4
-  - match: ".*"
-    steps:
-      - text: "echo {{.Input}} sys=[{{.System}}] hints=[{{.Hints}}]"
-`
-
 type fixture struct {
 	t   *testing.T
 	st  store.Store
@@ -78,25 +47,17 @@ type fixture struct {
 	key rein.SessionKey
 }
 
+// newFixture starts a service over st with the scripted model of
+// testdata/service.yaml; mod adjusts its configuration.
 func newFixture(t *testing.T, st store.Store, mod ...func(*sessions.Config)) *fixture {
 	t.Helper()
-	m, err := scripted.Parse("test.yaml", []byte(script))
-	if err != nil {
-		t.Fatal(err)
-	}
-	reg, err := tool.NewRegistry(tool.RegistryOptions{}, builtin.All()...)
-	if err != nil {
-		t.Fatal(err)
-	}
-	ag, err := agent.New(agent.Config{Model: m, Tools: reg})
-	if err != nil {
-		t.Fatal(err)
-	}
-	cfg := sessions.Config{Store: st, Agent: ag, Workspace: t.TempDir(), LeaseTTL: 300 * time.Millisecond}
-	for _, f := range mod {
-		f(&cfg)
-	}
-	svc, err := sessions.New(cfg)
+	workspace := t.TempDir()
+	svc, err := reintest.Service("testdata/service.yaml", st, func(c *sessions.Config) {
+		c.Workspace, c.LeaseTTL = workspace, 300*time.Millisecond
+		for _, f := range mod {
+			f(c)
+		}
+	})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -104,8 +65,7 @@ func newFixture(t *testing.T, st store.Store, mod ...func(*sessions.Config)) *fi
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { svc.Close() })
-	f := &fixture{t: t, st: st, svc: svc}
-	return f
+	return &fixture{t: t, st: st, svc: svc}
 }
 
 func (f *fixture) newSession() rein.SessionKey {

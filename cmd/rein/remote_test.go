@@ -8,7 +8,6 @@ package main
 import (
 	"context"
 	"io"
-	"net/http/httptest"
 	"os"
 	"strings"
 	"sync"
@@ -18,14 +17,8 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/reinhq/rein"
-	"github.com/reinhq/rein/agent"
 	"github.com/reinhq/rein/client"
-	"github.com/reinhq/rein/model/scripted"
-	"github.com/reinhq/rein/server"
-	"github.com/reinhq/rein/sessions"
-	"github.com/reinhq/rein/store/memory"
-	"github.com/reinhq/rein/tool"
-	"github.com/reinhq/rein/tool/builtin"
+	"github.com/reinhq/rein/internal/reintest"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
@@ -41,37 +34,7 @@ type testServer struct {
 
 func newTestServer(t *testing.T, tokens map[string]string) *testServer {
 	t.Helper()
-	m, err := scripted.Open("testdata/client-script.yaml")
-	if err != nil {
-		t.Fatal(err)
-	}
-	tools, err := tool.NewRegistry(tool.RegistryOptions{}, builtin.All()...)
-	if err != nil {
-		t.Fatal(err)
-	}
-	ag, err := agent.New(agent.Config{Model: m, Tools: tools})
-	if err != nil {
-		t.Fatal(err)
-	}
-	st := memory.New()
-	svc, err := sessions.New(sessions.Config{Store: st, Agent: ag, Workspace: t.TempDir()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	srv, err := server.New(server.Config{Service: svc, Tokens: tokens})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := svc.Start(context.Background()); err != nil {
-		t.Fatal(err)
-	}
-	ts := httptest.NewServer(srv)
-	t.Cleanup(func() {
-		_ = svc.Close()
-		_ = srv.Close()
-		ts.Close()
-		_ = st.Close()
-	})
+	ts := reintest.NewServer(t, reintest.ServerOptions{Script: "testdata/client-script.yaml", Tokens: tokens})
 	return &testServer{url: ts.URL}
 }
 
