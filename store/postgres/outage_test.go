@@ -222,7 +222,9 @@ func TestDatabaseOutageAndRecovery(t *testing.T) {
 // Timeout has passed, rather than queueing callers without bound.
 func TestPoolExhaustionIsUnavailable(t *testing.T) {
 	dsn := testDSN(t)
-	s := openStore(t, dsn, Options{MaxConns: 1, Timeout: 500 * time.Millisecond})
+	// The Timeout must outlast the wait below for SetSystem to be seen
+	// queued on the lock, even on a loaded machine (500 ms was not).
+	s := openStore(t, dsn, Options{MaxConns: 1, Timeout: 2 * time.Second})
 	ctx := t.Context()
 	key := newSessionKey(t, s)
 
