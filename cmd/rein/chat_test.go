@@ -101,6 +101,9 @@ func TestChatSupplementAndConfirmations(t *testing.T) {
 	cmd.line("hint?")
 	cmd.out.waitFor(t, "hints=[mind the step]")
 	cmd.out.waitFor(t, "read by run")
+	// Let that run end first: a note sent while it runs would be queued,
+	// and its end would read "completed: stop (1 queued)]".
+	cmd.out.waitFor(t, "completed: stop]")
 
 	cmd.line("/approve")
 	cmd.out.waitFor(t, "[no tool call is waiting for confirmation]")
