@@ -25,6 +25,7 @@ const (
 	EventToolUse                   EventType = "agent.tool_use"
 	EventToolResult                EventType = "agent.tool_result"
 	EventSupplementConsumed        EventType = "agent.supplement_consumed"
+	EventStepRestarted             EventType = "agent.step_restarted"
 	EventSubagentStarted           EventType = "subagent.started"
 	EventSubagentCompleted         EventType = "subagent.completed"
 )
@@ -169,6 +170,19 @@ type ToolResultPayload struct {
 	ToolUseID string `json:"tool_use_id"`
 	Output    string `json:"output"`
 	IsError   bool   `json:"is_error"`
+	// InDoubt marks the result of a call that was executing as its
+	// instance was lost: it may or may not have taken effect, and it is
+	// never run again.
+	InDoubt bool `json:"in_doubt,omitempty"`
+}
+
+// StepRestartedPayload is the payload of agent.step_restarted: a resumed
+// run makes this step's model request again, and readers drop the deltas
+// they hold for it.
+type StepRestartedPayload struct {
+	RunID   string `json:"run_id"`
+	Step    int    `json:"step"`
+	Attempt int    `json:"attempt"`
 }
 
 // SupplementPayload is the payload of user.supplement.
@@ -213,6 +227,8 @@ type RunCompletedPayload struct {
 	Status RunStatus `json:"status"`
 	Reason Reason    `json:"reason"`
 	Error  string    `json:"error,omitempty"`
+	// RolledBack is true for a run stopped by when_busy=rollback.
+	RolledBack bool `json:"rolled_back,omitempty"`
 }
 
 // SubagentStartedPayload is the payload of subagent.started.

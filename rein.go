@@ -164,3 +164,47 @@ func (c Clock) Now() time.Time {
 	}
 	return c().UTC()
 }
+
+// WhenBusy says what a user.message does when the session's turn is held
+// (SPEC §3).
+type WhenBusy string
+
+// The when_busy values. The empty value means WhenBusyReject.
+const (
+	// WhenBusyReject answers session_busy (the default).
+	WhenBusyReject WhenBusy = "reject"
+	// WhenBusyEnqueue queues the run behind the current ones.
+	WhenBusyEnqueue WhenBusy = "enqueue"
+	// WhenBusyInterrupt interrupts the current run cooperatively (then
+	// cancels it after a grace period) and runs this one next.
+	WhenBusyInterrupt WhenBusy = "interrupt"
+	// WhenBusyRollback cancels the current run at once, leaves its turn out
+	// of every later model request, and runs this one next.
+	WhenBusyRollback WhenBusy = "rollback"
+)
+
+// Valid reports whether w is one of the four values (or empty).
+func (w WhenBusy) Valid() bool {
+	switch w {
+	case "", WhenBusyReject, WhenBusyEnqueue, WhenBusyInterrupt, WhenBusyRollback:
+		return true
+	}
+	return false
+}
+
+// StopMode is how user.interrupt stops a run (SPEC §3).
+type StopMode string
+
+// The stop modes. The empty value means StopCancel.
+const (
+	// StopCancel stops the run at once (status CANCELLED).
+	StopCancel StopMode = "cancel"
+	// StopInterrupt stops it cooperatively: it still answers, with reason
+	// interrupted.
+	StopInterrupt StopMode = "interrupt"
+)
+
+// Valid reports whether m is one of the two modes (or empty).
+func (m StopMode) Valid() bool {
+	return m == "" || m == StopCancel || m == StopInterrupt
+}

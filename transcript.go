@@ -125,3 +125,78 @@ func RepairTranscript(msgs []Message) []Message {
 	flush()
 	return out
 }
+
+// InDoubtToolOutput is the output of the error result that answers a tool
+// call that was executing when its instance was lost (SPEC §4): it may or
+// may not have taken effect, and Rein never runs it again.
+const InDoubtToolOutput = "in doubt: the call was executing when its instance was lost; it may or may not have taken effect, and it was not run again"
+
+// OrderToolResults returns msgs with the tool results that follow each
+// assistant message put in the order of its tool calls. Results are saved
+// as each call finishes, in any order; every model request sees them in
+// the model's order. Results for unknown calls keep their place after the
+// known ones. A transcript already in order is returned unchanged.
+func OrderToolResults(msgs []Message) []Message {
+	var out []Message
+	for i := 0; i < len(msgs); i++ {
+		m := msgs[i]
+		if m.Role != RoleAssistant || len(m.ToolCalls) < 2 {
+			if out != nil {
+				out = append(out, m)
+			}
+			continue
+		}
+		j := i + 1
+		for j < len(msgs) && msgs[j].Role == RoleTool {
+			j++
+		}
+		run := msgs[i+1 : j]
+		if inCallOrder(m.ToolCalls, run) {
+			if out != nil {
+				out = append(out, msgs[i:j]...)
+			}
+			i = j - 1
+			continue
+		}
+		if out == nil {
+			out = make([]Message, 0, len(msgs))
+			out = append(out, msgs[:i]...)
+		}
+		out = append(out, m)
+		used := make([]bool, len(run))
+		for _, c := range m.ToolCalls {
+			for k, r := range run {
+				if !used[k] && r.ToolCallID == c.ID {
+					used[k] = true
+					out = append(out, r)
+					break
+				}
+			}
+		}
+		for k, r := range run {
+			if !used[k] {
+				out = append(out, r)
+			}
+		}
+		i = j - 1
+	}
+	if out == nil {
+		return msgs
+	}
+	return out
+}
+
+// inCallOrder reports whether results answer calls in the calls' order.
+func inCallOrder(calls []ToolCall, results []Message) bool {
+	k := 0
+	for _, r := range results {
+		for k < len(calls) && calls[k].ID != r.ToolCallID {
+			k++
+		}
+		if k == len(calls) {
+			return false
+		}
+		k++
+	}
+	return true
+}

@@ -20,10 +20,10 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"strings"
 	"time"
 
 	"github.com/reinhq/rein"
-	"github.com/reinhq/rein/inbox"
 	"github.com/reinhq/rein/model"
 	"github.com/reinhq/rein/tool"
 )
@@ -39,20 +39,55 @@ const (
 	DiscardPartial
 )
 
-// Sink appends events to the session's log, in the order Emit is called.
-// It MUST be safe for concurrent use. An implementation may write
-// asynchronously and coalesce consecutive deltas; it reports a write
-// failure no later than the next Emit.
+// Sink receives the events a run streams while it works: the
+// agent.message.delta events of a model request and agent.step_restarted.
+// It MUST be safe for concurrent use and keep Emit order. An implementation
+// may write asynchronously and coalesce consecutive deltas; it reports a
+// write failure no later than the next Emit. Everything else a run records
+// goes through its Journal, in atomic writes.
 type Sink interface {
 	Emit(ctx context.Context, evs ...rein.Event) error
 }
 
-// Transcript is one session's history as the agent sees it.
-type Transcript interface {
-	// Load returns the history.
+// Journal is where a run's progress becomes durable. Each method is one
+// lifecycle transition of the run (DESIGN.md rule 5): one atomic write, so
+// a crash between two calls leaves the run at a step boundary it can be
+// resumed from (SPEC §4). Events a method records come after every event
+// emitted to the Sink before the call.
+type Journal interface {
+	// Load returns the transcript the run continues from: the session's
+	// earlier turns (rolled-back runs left out), this run's input, and
+	// whatever this run saved before (a resumed run). Messages of this run
+	// carry its RunID.
 	Load(ctx context.Context) ([]rein.Message, error)
-	// Append adds messages atomically.
-	Append(ctx context.Context, msgs ...rein.Message) error
+	// SaveInput saves the run's input message. The loop calls it only when
+	// Load shows no input of the run: a runtime that saves the input when
+	// the run starts never sees it called.
+	SaveInput(ctx context.Context, m rein.Message) error
+	// Consume moves the session's queued supplements into step: their
+	// consumed state, their hint messages in the transcript and their
+	// agent.supplement_consumed events are one write (SPEC §5). It returns
+	// the hint messages, in push order (none: nil).
+	Consume(ctx context.Context, step int) ([]rein.Message, error)
+	// Pending reports how many supplements are queued.
+	Pending(ctx context.Context) (int, error)
+	// SaveStep saves a step's assistant message once its model request has
+	// ended. With tool calls, the same write records their agent.tool_use
+	// events and, for the calls in confirm, the pending confirmations and
+	// their session.tool_confirmation_requested events, in the model's
+	// order (SPEC §6). From then on the step's request is never made again.
+	SaveStep(ctx context.Context, step int, asst rein.Message, confirm []rein.ToolCall) error
+	// SaveResult saves one tool result and its agent.tool_result event in
+	// one write, as soon as the call has finished: a call with a saved
+	// result is never run again. Results may be saved in any order; Load
+	// returns a step's results in the order of its calls.
+	SaveResult(ctx context.Context, res rein.Message) error
+	// Finish records the run's closing writes: transcript messages (the
+	// final reply, a kept partial reply, synthetic results for calls a stop
+	// cut short) and events (their agent.tool_result, the agent.message). A
+	// runtime may hold them to write with the run's terminal record in the
+	// same write. It is the loop's last call.
+	Finish(ctx context.Context, msgs []rein.Message, evs []rein.Event) error
 }
 
 // ConfirmRequest asks whether a tool call may run.
@@ -65,11 +100,21 @@ type ConfirmRequest struct {
 	Input     json.RawMessage
 }
 
-// Confirmer holds a tool call until a human decides (SPEC §6). Confirm
-// announces the request (the session.tool_confirmation_requested event) and
-// blocks until a decision arrives or ctx is done.
+// Confirmer holds tool calls until a human decides (SPEC §6).
 type Confirmer interface {
-	Confirm(ctx context.Context, req ConfirmRequest) (tool.Decision, error)
+	// Open registers interest in the answer to req before the request is
+	// recorded (Journal.SaveStep), so an answer given the moment it is
+	// announced is not missed. A resumed run opens calls whose request was
+	// recorded before: their answer may already be stored.
+	Open(req ConfirmRequest) (Pending, error)
+}
+
+// Pending is one open confirmation (*tool.Pending satisfies it).
+type Pending interface {
+	// Wait blocks until the decision arrives or ctx is done.
+	Wait(ctx context.Context) (tool.Decision, error)
+	// Close releases the confirmation; idempotent.
+	Close()
 }
 
 // Config is what every run of an Agent shares.
@@ -123,13 +168,18 @@ type Turn struct {
 	// Workspace is the session's directory for tools that write files.
 	Workspace string
 
-	Transcript Transcript
-	Events     Sink
-	// Inbox is optional: without one no supplement is read.
-	Inbox inbox.Session
+	// Journal makes the run's progress durable (required).
+	Journal Journal
+	// Events receives streamed deltas (required).
+	Events Sink
 	// Confirm is optional: without one, a tool that needs confirmation is
 	// denied.
 	Confirm Confirmer
+	// Attempt is 0 for a fresh run and 2, 3, … for a run resumed after its
+	// instance was lost (SPEC §4): the loop continues from what Load shows,
+	// and a step whose model request is made again is announced with
+	// agent.step_restarted.
+	Attempt int
 }
 
 // Outcome is how the loop ended, as run.Func reports it.
@@ -164,6 +214,9 @@ func (a *Agent) Run(ctx context.Context, c Control, t *Turn) Outcome {
 	if l.model == nil {
 		return Outcome{Reason: rein.ReasonError, Err: errors.New("agent: no model configured")}
 	}
+	if t.Journal == nil || t.Events == nil {
+		return Outcome{Reason: rein.ReasonError, Err: errors.New("agent: a turn needs a Journal and an event Sink")}
+	}
 	return l.run(ctx)
 }
 
@@ -176,49 +229,121 @@ type loop struct {
 
 	msgs  []rein.Message // the transcript as the next request sees it
 	usage rein.Usage
+	// open is the step whose tool calls are being answered: its assistant
+	// message is saved, and every call without a saved result needs one
+	// before the run may end (transcript validity).
+	open     *stepState
+	answered map[string]bool
 }
 
 func (l *loop) emit(ctx context.Context, evs ...rein.Event) error {
 	return l.t.Events.Emit(ctx, evs...)
 }
 
+// errStore marks a failure to record the run's progress: the run fails
+// (reason error), it was not stopped.
+type errStore struct{ err error }
+
+func (e errStore) Error() string { return e.err.Error() }
+func (e errStore) Unwrap() error { return e.err }
+
+// fail ends the run with reason error. Calls of the open step that have no
+// result get synthetic ones, so the transcript stays valid.
 func (l *loop) fail(err error) Outcome {
+	msgs, evs := l.closeOpenStep(rein.InterruptedToolOutput)
+	if len(msgs) > 0 {
+		sctx, cancel := l.stopCtx()
+		if ferr := l.t.Journal.Finish(sctx, msgs, evs); ferr != nil {
+			l.a.cfg.Logger.Error("record synthetic tool results", "session", l.t.Session.String(), "run", l.t.RunID, "err", ferr)
+		}
+		cancel()
+	}
 	return Outcome{Reason: rein.ReasonError, Err: err, Usage: l.usage}
 }
 
 func (l *loop) run(ctx context.Context) Outcome {
-	hist, err := l.t.Transcript.Load(ctx)
+	hist, err := l.t.Journal.Load(ctx)
 	if err != nil {
 		if ctx.Err() != nil {
-			return l.stopped(ctx, nil, nil)
+			return l.stopped(ctx, nil)
 		}
 		return l.fail(fmt.Errorf("load transcript: %w", err))
 	}
-	l.msgs = rein.RepairTranscript(hist)
-	user := rein.Message{Role: rein.RoleUser, Text: l.t.Input, RunID: l.t.RunID}
-	if err := l.t.Transcript.Append(ctx, user); err != nil {
-		if ctx.Err() != nil {
-			return l.stopped(ctx, nil, nil)
-		}
-		return l.fail(fmt.Errorf("save transcript: %w", err))
+	// This run's own messages are the tail of the transcript (one run of a
+	// session at a time). Earlier turns are repaired if a lost run left
+	// them invalid; this run's tail is taken as saved, since a resumed
+	// run's open step may still be waiting for answers.
+	i := len(hist)
+	for i > 0 && hist[i-1].RunID == l.t.RunID {
+		i--
 	}
-	l.msgs = append(l.msgs, user)
+	l.msgs = append(rein.RepairTranscript(hist[:i]), rein.OrderToolResults(hist[i:])...)
+	own := l.msgs[len(l.msgs)-(len(hist)-i):]
+	hasInput := false
+	last := 0 // the last step whose model request ended and was saved
+	var openAsst *rein.Message
+	l.answered = map[string]bool{}
+	for k := range own {
+		m := &own[k]
+		switch {
+		case m.Role == rein.RoleUser && m.Hint == nil:
+			hasInput = true
+		case m.Role == rein.RoleAssistant && !m.Partial:
+			last, openAsst = m.Step, nil
+			if len(m.ToolCalls) > 0 {
+				openAsst = m
+			}
+		case m.Role == rein.RoleTool:
+			l.answered[m.ToolCallID] = true
+		}
+	}
+	if !hasInput {
+		user := rein.Message{Role: rein.RoleUser, Text: l.t.Input, RunID: l.t.RunID}
+		sctx, cancel := l.stopCtx()
+		err := l.t.Journal.SaveInput(sctx, user)
+		cancel()
+		if err != nil {
+			return l.fail(fmt.Errorf("save transcript: %w", err))
+		}
+		l.msgs = append(l.msgs, user)
+	}
 
 	var lastText string
-	for step := 1; ; step++ {
-		if step > l.a.cfg.MaxSteps {
-			return l.finish(ctx, rein.ReasonMaxSteps, lastText)
+	if openAsst != nil {
+		// Resumed in the tool phase of step last: the calls still without a
+		// result are waiting for answers (the runtime answered every other
+		// one, in doubt if it may have run).
+		st := &stepState{step: last, text: openAsst.Text, calls: openAsst.ToolCalls, toolsStarted: true}
+		l.open = st
+		lastText = st.text
+		if out, ok := l.runTools(ctx, st); !ok {
+			return out
 		}
-		if err := l.readInbox(ctx, step); err != nil {
-			if ctx.Err() != nil {
-				return l.stopped(ctx, nil, nil)
-			}
+	}
+	restart := l.t.Attempt >= 2 && openAsst == nil
+	extra := false // this step exists only by the final-step rule
+	for step := last + 1; ; step++ {
+		if step > l.a.cfg.MaxSteps && !extra {
+			return l.finish(ctx, rein.ReasonMaxSteps, lastText, nil)
+		}
+		extra = false
+		if ctx.Err() != nil {
+			return l.stopped(ctx, nil)
+		}
+		if err := l.readInbox(step); err != nil {
 			return l.fail(err)
+		}
+		if restart {
+			restart = false
+			if err := l.emit(ctx, rein.NewEvent(rein.EventStepRestarted, l.t.RunID, rein.StepRestartedPayload{
+				RunID: l.t.RunID, Step: step, Attempt: l.t.Attempt})); err != nil {
+				return l.fail(errStore{err})
+			}
 		}
 		st, err := l.request(ctx, step)
 		if err != nil {
 			if ctx.Err() != nil {
-				return l.stopped(ctx, st, nil)
+				return l.stopped(ctx, st)
 			}
 			return l.fail(err)
 		}
@@ -226,74 +351,50 @@ func (l *loop) run(ctx context.Context) Outcome {
 		asst := rein.Message{Role: rein.RoleAssistant, Text: st.text, ToolCalls: st.calls, RunID: l.t.RunID, Step: step}
 		if len(st.calls) == 0 {
 			// The final-step rule (SPEC §5): a supplement that arrived while
-			// this request was in flight gets one more step in this run.
-			if n, err := l.pending(ctx); err == nil && n > 0 {
-				if err := l.t.Transcript.Append(ctx, asst); err != nil {
-					if ctx.Err() != nil {
-						return l.stopped(ctx, st, nil)
-					}
+			// this request was in flight gets one more step in this run,
+			// also past MaxSteps.
+			n, err := l.pending(ctx)
+			if err != nil && ctx.Err() != nil {
+				return l.stopped(ctx, st)
+			}
+			if err == nil && n > 0 {
+				sctx, cancel := l.stopCtx()
+				err := l.t.Journal.SaveStep(sctx, step, asst, nil)
+				cancel()
+				if err != nil {
 					return l.fail(fmt.Errorf("save transcript: %w", err))
 				}
 				l.msgs = append(l.msgs, asst)
+				extra = true
 				continue
-			} else if err != nil && ctx.Err() != nil {
-				return l.stopped(ctx, st, nil)
 			}
-			return l.finishWith(ctx, rein.ReasonStop, st.text, asst)
+			return l.finish(ctx, rein.ReasonStop, st.text, &asst)
 		}
-		st.toolsStarted = true
-		results, ok := l.runTools(ctx, step, st.calls)
-		if !ok {
-			return l.stopped(ctx, st, results)
+		if out, ok := l.saveStep(ctx, st, asst); !ok {
+			return out
 		}
-		batch := append([]rein.Message{asst}, results...)
-		if err := l.t.Transcript.Append(ctx, batch...); err != nil {
-			if ctx.Err() != nil {
-				return l.stopped(ctx, st, results)
-			}
-			return l.fail(fmt.Errorf("save transcript: %w", err))
+		if out, ok := l.runTools(ctx, st); !ok {
+			return out
 		}
-		l.msgs = append(l.msgs, batch...)
 	}
 }
 
 func (l *loop) pending(ctx context.Context) (int, error) {
-	if l.t.Inbox == nil {
-		return 0, nil
-	}
-	return l.t.Inbox.Pending(ctx)
+	return l.t.Journal.Pending(ctx)
 }
 
-// readInbox consumes queued supplements into this step's request, saves
-// them in the transcript and records their consumption.
-func (l *loop) readInbox(ctx context.Context, step int) error {
-	if l.t.Inbox == nil {
-		return nil
-	}
-	sups, err := l.t.Inbox.Consume(ctx, l.t.RunID, step)
+// readInbox consumes queued supplements into this step's request. The
+// write is not cut short by a stop arriving meanwhile: consumed is then
+// consumed, and the hints are in the transcript of the next run.
+func (l *loop) readInbox(step int) error {
+	sctx, cancel := l.stopCtx()
+	defer cancel()
+	hints, err := l.t.Journal.Consume(sctx, step)
 	if err != nil {
 		return fmt.Errorf("read inbox: %w", err)
 	}
-	if len(sups) == 0 {
-		return nil
-	}
-	hints := make([]rein.Message, len(sups))
-	evs := make([]rein.Event, len(sups))
-	for i, s := range sups {
-		hints[i] = inbox.Message(s)
-		evs[i] = rein.NewEvent(rein.EventSupplementConsumed, l.t.RunID,
-			rein.SupplementConsumedPayload{SupplementID: s.ID, RunID: l.t.RunID, Step: step})
-	}
-	// The hints are in the transcript before the request that includes them
-	// is made, so a crash cannot lose a consumed supplement from history.
-	// Saving uses a context that survives a stop arriving right now.
-	sctx, cancel := l.stopCtx()
-	defer cancel()
-	if err := l.t.Transcript.Append(sctx, hints...); err != nil {
-		return fmt.Errorf("save transcript: %w", err)
-	}
 	l.msgs = append(l.msgs, hints...)
-	return l.emit(sctx, evs...)
+	return nil
 }
 
 // stepState is what one model request produced so far.
@@ -301,7 +402,8 @@ type stepState struct {
 	step  int
 	text  string
 	calls []rein.ToolCall
-	// toolsStarted: the request completed and its calls were dispatched.
+	// toolsStarted: the step's assistant message is saved and its calls
+	// were dispatched.
 	toolsStarted bool
 }
 
@@ -325,6 +427,8 @@ func (l *loop) request(ctx context.Context, step int) (*stepState, error) {
 	}
 	defer stream.Close()
 	var seen map[string]bool
+	var text strings.Builder
+	defer func() { st.text = text.String() }()
 	for {
 		ch, err := stream.Recv()
 		if err != nil {
@@ -338,10 +442,10 @@ func (l *loop) request(ctx context.Context, step int) (*stepState, error) {
 			if ch.Text == "" {
 				continue
 			}
-			st.text += ch.Text
+			text.WriteString(ch.Text)
 			if err := l.emit(ctx, rein.NewEvent(rein.EventMessageDelta, l.t.RunID,
 				rein.MessageDeltaPayload{RunID: l.t.RunID, Step: step, Text: ch.Text})); err != nil {
-				return st, err
+				return st, errStore{err}
 			}
 		case model.ChunkToolCall:
 			if ch.ToolCall == nil {
@@ -369,50 +473,144 @@ func (l *loop) request(ctx context.Context, step int) (*stepState, error) {
 	}
 }
 
-// runTools runs the step's tool calls concurrently and returns their
-// results in call order. ok is false when a stop cut the step short; the
-// results then hold only what finished before the stop.
-func (l *loop) runTools(ctx context.Context, step int, calls []rein.ToolCall) ([]rein.Message, bool) {
-	uses := make([]rein.Event, len(calls))
-	for i, c := range calls {
-		uses[i] = rein.NewEvent(rein.EventToolUse, l.t.RunID, rein.ToolUsePayload{
-			RunID: l.t.RunID, Step: step, ToolUseID: c.ID, Name: c.Name, Input: validJSON(c.Input)})
+// needsConfirmation reports whether call c waits for a human.
+func (l *loop) needsConfirmation(c rein.ToolCall) bool {
+	if l.tools == nil || l.t.Confirm == nil {
+		return false
 	}
-	if err := l.emit(ctx, uses...); err != nil {
-		return nil, false
-	}
-	type done struct {
-		i   int
-		res tool.Result
-	}
-	ch := make(chan done, len(calls))
-	for i, c := range calls {
-		go func() { ch <- done{i, l.callTool(ctx, step, c)} }()
-	}
-	got := make([]*rein.Message, len(calls))
-	for range calls {
-		select {
-		case d := <-ch:
-			if ctx.Err() != nil {
-				// Finished as the stop landed: the stop path answers it.
-				return collect(got), false
-			}
-			c := calls[d.i]
-			m := rein.Message{Role: rein.RoleTool, ToolCallID: c.ID, ToolName: c.Name, Text: d.res.Output, IsError: d.res.IsError, RunID: l.t.RunID, Step: step}
-			got[d.i] = &m
-			if err := l.emit(ctx, rein.NewEvent(rein.EventToolResult, l.t.RunID, rein.ToolResultPayload{
-				RunID: l.t.RunID, ToolUseID: c.ID, Output: m.Text, IsError: m.IsError})); err != nil {
-				return collect(got), false
-			}
-		case <-ctx.Done():
-			return collect(got), false
+	_, known := l.tools.Lookup(c.Name)
+	return known && l.tools.NeedsConfirmation(c.Name)
+}
+
+func (l *loop) confirmRequest(step int, c rein.ToolCall) ConfirmRequest {
+	return ConfirmRequest{Session: l.t.Session, RunID: l.t.RunID, Step: step, ToolUseID: c.ID, Name: c.Name, Input: validJSON(c.Input)}
+}
+
+// saveStep records the step's assistant message with its calls, and the
+// confirmation requests of the calls that need one, in one write.
+func (l *loop) saveStep(ctx context.Context, st *stepState, asst rein.Message) (Outcome, bool) {
+	var confirm []rein.ToolCall
+	for _, c := range st.calls {
+		if l.needsConfirmation(c) {
+			confirm = append(confirm, c)
 		}
 	}
-	out := make([]rein.Message, len(calls))
-	for i, m := range got {
-		out[i] = *m
+	sctx, cancel := l.stopCtx()
+	err := l.t.Journal.SaveStep(sctx, st.step, asst, confirm)
+	cancel()
+	if err != nil {
+		return l.fail(fmt.Errorf("save transcript: %w", err)), false
 	}
-	return out, true
+	st.toolsStarted = true
+	l.open = st
+	l.answered = map[string]bool{}
+	l.msgs = append(l.msgs, asst)
+	return Outcome{}, true
+}
+
+// runTools answers the open step's calls that have no result yet: they run
+// concurrently (those that need confirmation once allowed), and each result
+// is saved the moment it is there. It returns ok once every call has its
+// result; otherwise the run ends with the returned outcome. The tool
+// goroutines are joined before it returns (bounded by StopTimeout for a
+// tool that ignores its context), so nothing of the step is written after
+// the run's end.
+func (l *loop) runTools(ctx context.Context, st *stepState) (Outcome, bool) {
+	type done struct {
+		i   int
+		m   rein.Message
+		err error // the result could not be saved
+		cut bool  // a stop cut the call short: the stop path answers it
+	}
+	// Confirmations are opened before anything can answer them.
+	pend := make([]Pending, len(st.calls))
+	defer func() {
+		for _, p := range pend {
+			if p != nil {
+				p.Close()
+			}
+		}
+	}()
+	for i, c := range st.calls {
+		if !l.answered[c.ID] && l.needsConfirmation(c) {
+			p, err := l.t.Confirm.Open(l.confirmRequest(st.step, c))
+			if err != nil {
+				return l.fail(fmt.Errorf("open confirmation: %w", err)), false
+			}
+			pend[i] = p
+		}
+	}
+	// A failed save stops the step's other calls too: the run fails.
+	tctx, tcancel := context.WithCancelCause(ctx)
+	defer tcancel(nil)
+	ch := make(chan done, len(st.calls))
+	n := 0
+	for i, c := range st.calls {
+		if l.answered[c.ID] {
+			continue
+		}
+		n++
+		go func() {
+			res := l.callTool(tctx, st.step, c, pend[i])
+			if tctx.Err() != nil {
+				ch <- done{i: i, cut: true}
+				return
+			}
+			m := rein.Message{Role: rein.RoleTool, ToolCallID: c.ID, ToolName: c.Name, Text: res.Output, IsError: res.IsError, RunID: l.t.RunID, Step: st.step}
+			sctx, cancel := l.stopCtx()
+			err := l.t.Journal.SaveResult(sctx, m)
+			cancel()
+			ch <- done{i: i, m: m, err: err}
+		}()
+	}
+	var saveErr error
+	receive := func(d done) {
+		switch {
+		case d.cut:
+		case d.err != nil:
+			if saveErr == nil {
+				saveErr = d.err
+				tcancel(d.err)
+			}
+		default:
+			l.answered[st.calls[d.i].ID] = true
+			l.msgs = append(l.msgs, d.m)
+		}
+	}
+	stopped := false
+	for ; n > 0 && !stopped && saveErr == nil; n-- {
+		select {
+		case d := <-ch:
+			receive(d)
+		case <-ctx.Done():
+			stopped = true
+			n++ // nothing received this round
+		}
+	}
+	if n > 0 {
+		t := time.NewTimer(l.a.cfg.StopTimeout)
+	join:
+		for ; n > 0; n-- {
+			select {
+			case d := <-ch:
+				receive(d)
+			case <-t.C:
+				l.a.cfg.Logger.Warn("tool calls did not return after the stop", "session", l.t.Session.String(), "run", l.t.RunID, "calls", n)
+				break join
+			}
+		}
+		t.Stop()
+	}
+	// The next request sees the step's results in the model's order.
+	l.msgs = rein.OrderToolResults(l.msgs)
+	if saveErr != nil && ctx.Err() == nil {
+		return l.fail(errStore{fmt.Errorf("save tool result: %w", saveErr)}), false
+	}
+	if ctx.Err() != nil {
+		return l.stopped(ctx, st), false
+	}
+	l.open = nil
+	return Outcome{}, true
 }
 
 func collect(got []*rein.Message) []rein.Message {
@@ -434,15 +632,15 @@ func DeniedOutput(msg string) string {
 	return "The user denied this tool call: " + msg
 }
 
-func (l *loop) callTool(ctx context.Context, step int, c rein.ToolCall) tool.Result {
+func (l *loop) callTool(ctx context.Context, step int, c rein.ToolCall, p Pending) tool.Result {
 	if l.tools == nil {
 		return tool.Result{Output: fmt.Sprintf("unknown tool %q: no tools are available", c.Name), IsError: true}
 	}
 	if _, known := l.tools.Lookup(c.Name); known && l.tools.NeedsConfirmation(c.Name) {
-		if l.t.Confirm == nil {
+		if p == nil {
 			return tool.Result{Output: DeniedOutput("no one can confirm tool calls in this runtime"), IsError: true}
 		}
-		d, err := l.t.Confirm.Confirm(ctx, ConfirmRequest{Session: l.t.Session, RunID: l.t.RunID, Step: step, ToolUseID: c.ID, Name: c.Name, Input: validJSON(c.Input)})
+		d, err := p.Wait(ctx)
 		if err != nil {
 			return tool.Result{Output: rein.InterruptedToolOutput, IsError: true}
 		}
@@ -463,101 +661,88 @@ func validJSON(b json.RawMessage) json.RawMessage {
 	return s
 }
 
-// stopCtx is a short context for work that must happen even though the
-// run's work context is done; it still ends on a cancel when the run
-// context is live (interrupt path) — see stopped.
+// stopCtx is a short context for writes that must happen even though the
+// run's work context is done: a stop that lands during a write does not
+// leave it half-known.
 func (l *loop) stopCtx() (context.Context, context.CancelFunc) {
 	return context.WithTimeout(context.WithoutCancel(l.c.RunContext()), l.a.cfg.StopTimeout)
 }
 
-// finishWith saves the final assistant message and records the reply.
-func (l *loop) finishWith(ctx context.Context, reason rein.Reason, text string, asst rein.Message) Outcome {
+// finish ends the run with a final reply: asst (nil when the reply's
+// message is already saved, as at max_steps) and the agent.message.
+func (l *loop) finish(ctx context.Context, reason rein.Reason, text string, asst *rein.Message) Outcome {
 	if !l.c.Commit() {
-		return l.stopped(ctx, &stepState{text: text}, nil)
+		return l.stopped(ctx, &stepState{text: text})
 	}
 	sctx, cancel := l.stopCtx()
 	defer cancel()
-	if err := l.t.Transcript.Append(sctx, asst); err != nil {
-		return l.fail(fmt.Errorf("save transcript: %w", err))
+	var msgs []rein.Message
+	if asst != nil {
+		msgs = append(msgs, *asst)
 	}
-	return l.reply(sctx, reason, text)
-}
-
-func (l *loop) finish(ctx context.Context, reason rein.Reason, text string) Outcome {
-	if !l.c.Commit() {
-		return l.stopped(ctx, nil, nil)
-	}
-	sctx, cancel := l.stopCtx()
-	defer cancel()
-	return l.reply(sctx, reason, text)
-}
-
-func (l *loop) reply(ctx context.Context, reason rein.Reason, text string) Outcome {
 	u := l.usage
-	if err := l.emit(ctx, rein.NewEvent(rein.EventMessage, l.t.RunID, rein.MessagePayload{RunID: l.t.RunID, Text: text, Reason: reason, Usage: &u})); err != nil {
-		return l.fail(fmt.Errorf("record reply: %w", err))
+	ev := rein.NewEvent(rein.EventMessage, l.t.RunID, rein.MessagePayload{RunID: l.t.RunID, Text: text, Reason: reason, Usage: &u})
+	if err := l.t.Journal.Finish(sctx, msgs, []rein.Event{ev}); err != nil {
+		return Outcome{Reason: rein.ReasonError, Err: fmt.Errorf("record reply: %w", err), Usage: l.usage}
 	}
 	return Outcome{Reason: reason, Reply: text, Usage: l.usage}
 }
 
+// closeOpenStep returns synthetic results, with their agent.tool_result
+// events, for every call of the open step that has none.
+func (l *loop) closeOpenStep(output string) ([]rein.Message, []rein.Event) {
+	st := l.open
+	if st == nil {
+		return nil, nil
+	}
+	l.open = nil
+	var msgs []rein.Message
+	var evs []rein.Event
+	for _, c := range st.calls {
+		if l.answered[c.ID] {
+			continue
+		}
+		msgs = append(msgs, rein.Message{Role: rein.RoleTool, ToolCallID: c.ID, ToolName: c.Name, Text: output, IsError: true, RunID: l.t.RunID, Step: st.step})
+		evs = append(evs, rein.NewEvent(rein.EventToolResult, l.t.RunID, rein.ToolResultPayload{
+			RunID: l.t.RunID, ToolUseID: c.ID, Output: output, IsError: true}))
+	}
+	return msgs, evs
+}
+
 // stopped is the path after a cancel, timeout or interrupt: it makes the
 // transcript valid (synthetic error results for every unanswered call of
-// the step, partial text per policy), records the synthetic results as
-// events, and for an interrupt produces the interrupted reply.
-func (l *loop) stopped(ctx context.Context, st *stepState, results []rein.Message) Outcome {
+// the open step, partial text per policy) and for an interrupt produces the
+// interrupted reply; all of it goes to Journal.Finish, so a runtime can
+// write it with the run's end.
+func (l *loop) stopped(ctx context.Context, st *stepState) Outcome {
 	interrupted := errors.Is(context.Cause(ctx), rein.ErrInterrupted) && l.c.RunContext().Err() == nil
 	sctx, cancel := l.stopCtx()
 	defer cancel()
 
-	var save []rein.Message
-	var evs []rein.Event
+	save, evs := l.closeOpenStep(rein.InterruptedToolOutput)
 	replyText := ""
 	if st != nil {
 		replyText = st.text
-		if st.toolsStarted {
-			// The model finished the step and its tools were running.
-			save = append(save, rein.Message{Role: rein.RoleAssistant, Text: st.text, ToolCalls: st.calls, RunID: l.t.RunID, Step: st.step})
-			answered := map[string]bool{}
-			for _, r := range results {
-				answered[r.ToolCallID] = true
-			}
-			save = append(save, results...)
-			for _, c := range st.calls {
-				if answered[c.ID] {
-					continue
-				}
-				save = append(save, rein.Message{Role: rein.RoleTool, ToolCallID: c.ID, ToolName: c.Name, Text: rein.InterruptedToolOutput, IsError: true, RunID: l.t.RunID, Step: st.step})
-				evs = append(evs, rein.NewEvent(rein.EventToolResult, l.t.RunID, rein.ToolResultPayload{
-					RunID: l.t.RunID, ToolUseID: c.ID, Output: rein.InterruptedToolOutput, IsError: true}))
-			}
-		} else if st.text != "" && l.a.cfg.Partial == KeepPartial {
+		if !st.toolsStarted && st.text != "" && l.a.cfg.Partial == KeepPartial {
 			// Cut short mid-stream: tool calls not yet complete are dropped.
 			save = append(save, rein.Message{Role: rein.RoleAssistant, Text: st.text, Partial: true, RunID: l.t.RunID, Step: st.step})
 		}
 	}
-	var saveErr error
-	if len(save) > 0 {
-		if err := l.t.Transcript.Append(sctx, save...); err != nil {
-			saveErr = err
+	if interrupted && l.c.Commit() {
+		u := l.usage
+		evs = append(evs, rein.NewEvent(rein.EventMessage, l.t.RunID, rein.MessagePayload{RunID: l.t.RunID, Text: replyText, Reason: rein.ReasonInterrupted, Usage: &u}))
+		if err := l.t.Journal.Finish(sctx, save, evs); err != nil {
+			return Outcome{Reason: rein.ReasonError, Err: fmt.Errorf("save transcript after interrupt: %w", err), Usage: l.usage}
+		}
+		return Outcome{Reason: rein.ReasonInterrupted, Reply: replyText, Usage: l.usage}
+	}
+	if len(save) > 0 || len(evs) > 0 {
+		if err := l.t.Journal.Finish(sctx, save, evs); err != nil {
 			l.a.cfg.Logger.Error("save transcript after stop", "session", l.t.Session.String(), "run", l.t.RunID, "err", err)
 		}
 	}
-	if len(evs) > 0 {
-		if err := l.emit(sctx, evs...); err != nil {
-			l.a.cfg.Logger.Error("record synthetic tool results", "session", l.t.Session.String(), "run", l.t.RunID, "err", err)
-		}
+	if errors.Is(context.Cause(ctx), rein.ErrTimeout) || errors.Is(context.Cause(l.c.RunContext()), rein.ErrTimeout) {
+		return Outcome{Reason: rein.ReasonTimeout, Err: rein.ErrTimeout, Usage: l.usage}
 	}
-	if !interrupted {
-		if errors.Is(context.Cause(ctx), rein.ErrTimeout) {
-			return Outcome{Reason: rein.ReasonTimeout, Err: rein.ErrTimeout, Usage: l.usage}
-		}
-		return Outcome{Reason: rein.ReasonCancelled, Err: rein.ErrCancelled, Usage: l.usage}
-	}
-	if saveErr != nil {
-		return l.fail(fmt.Errorf("save transcript after interrupt: %w", saveErr))
-	}
-	if !l.c.Commit() {
-		return Outcome{Reason: rein.ReasonCancelled, Err: rein.ErrCancelled, Usage: l.usage}
-	}
-	return l.reply(sctx, rein.ReasonInterrupted, replyText)
+	return Outcome{Reason: rein.ReasonCancelled, Err: rein.ErrCancelled, Usage: l.usage}
 }

@@ -163,29 +163,21 @@ func newEnv(t *testing.T, script string, extra ...tool.Tool) *env {
 	return e
 }
 
-// confirmer is the in-process gate plus the announcement event.
+// confirmer is the in-process gate: SaveStep announces the request.
 type confirmer struct {
 	gate *tool.Gate
-	sink *sink
 }
 
-func (c confirmer) Confirm(ctx context.Context, req agent.ConfirmRequest) (tool.Decision, error) {
-	p, err := c.gate.Open(req.Session, req.ToolUseID)
-	if err != nil {
-		return tool.Decision{}, err
-	}
-	defer p.Close()
-	_ = c.sink.Emit(ctx, rein.NewEvent(rein.EventToolConfirmationRequested, req.RunID, rein.ToolConfirmationRequestedPayload{
-		RunID: req.RunID, ToolUseID: req.ToolUseID, Name: req.Name, Input: req.Input}))
-	return p.Wait(ctx)
+func (c confirmer) Open(req agent.ConfirmRequest) (agent.Pending, error) {
+	return c.gate.Open(req.Session, req.ToolUseID)
 }
 
 // start starts a run of input and returns its handle and event sink.
 func (e *env) start(runID, input string) (*run.Run, *sink) {
 	e.t.Helper()
 	sk := newSink()
-	turn := &agent.Turn{Session: sess, RunID: runID, Input: input, Transcript: e.hist, Events: sk,
-		Inbox: e.inbox.Session(sess), Confirm: confirmer{gate: e.gate, sink: sk}, Workspace: e.t.TempDir()}
+	turn := &agent.Turn{Session: sess, RunID: runID, Input: input, Events: sk,
+		Journal: agent.NewJournal(runID, e.hist, sk, e.inbox.Session(sess)), Confirm: confirmer{gate: e.gate}, Workspace: e.t.TempDir()}
 	r, err := e.engine.Prepare(func(ctx context.Context, c *run.Control) run.Outcome {
 		o := e.agent.Run(ctx, c, turn)
 		return run.Outcome{Reason: o.Reason, Reply: o.Reply, Err: o.Err, Usage: o.Usage}

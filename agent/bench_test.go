@@ -48,7 +48,7 @@ func BenchmarkRunOverhead(b *testing.B) {
 	b.ResetTimer()
 	for i := 0; i < b.N; i++ {
 		key := rein.SessionKey{Owner: "o", ID: "s"}
-		turn := &agent.Turn{Session: key, RunID: "r", Input: "hi", Transcript: nopHistory{}, Events: nopSink{}}
+		turn := &agent.Turn{Session: key, RunID: "r", Input: "hi", Journal: agent.NewJournal("r", nopHistory{}, nopSink{}, nil), Events: nopSink{}}
 		r, err := e.Prepare(func(ctx context.Context, c *run.Control) run.Outcome {
 			o := a.Run(ctx, c, turn)
 			return run.Outcome{Reason: o.Reason, Reply: o.Reply, Err: o.Err, Usage: o.Usage}
@@ -86,7 +86,7 @@ func stopLatency(b *testing.B, stop func(*run.Run), want rein.RunStatus) {
 		key := rein.SessionKey{Owner: "o", ID: fmt.Sprint(i % 64)}
 		inStream := make(chan struct{})
 		m := blockedModel{entered: inStream}
-		turn := &agent.Turn{Session: key, RunID: "r", Input: "hi", Model: m, Transcript: nopHistory{}, Events: nopSink{}}
+		turn := &agent.Turn{Session: key, RunID: "r", Input: "hi", Model: m, Journal: agent.NewJournal("r", nopHistory{}, nopSink{}, nil), Events: nopSink{}}
 		r, _ := e.Prepare(func(ctx context.Context, c *run.Control) run.Outcome {
 			o := a.Run(ctx, c, turn)
 			return run.Outcome{Reason: o.Reason, Reply: o.Reply, Err: o.Err, Usage: o.Usage}

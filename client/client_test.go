@@ -91,7 +91,7 @@ func TestRequestsOnTheWire(t *testing.T) {
 		{
 			name: "message",
 			call: func(c *Client) error {
-				_, err := c.SendMessage(t.Context(), "ses_1", Message{Text: "hi", WhenBusy: WhenBusyEnqueue, ClientID: "c1", TimeoutS: 2.5})
+				_, err := c.SendMessage(t.Context(), "ses_1", Message{Text: "hi", WhenBusy: rein.WhenBusyEnqueue, ClientID: "c1", TimeoutS: 2.5})
 				return err
 			},
 			answer: `{"results":[{"run_id":"run_1","status":"QUEUED"}]}`,
@@ -108,7 +108,7 @@ func TestRequestsOnTheWire(t *testing.T) {
 		{
 			name: "exact stop",
 			call: func(c *Client) error {
-				_, err := c.Interrupt(t.Context(), "ses_1", Interrupt{RunID: &runID, Mode: ModeInterrupt, Message: &msg})
+				_, err := c.Interrupt(t.Context(), "ses_1", Interrupt{RunID: &runID, Mode: rein.StopInterrupt, Message: &msg})
 				return err
 			},
 			answer: `{"results":[{"accepted":true,"run_id":"run_9"}]}`,

@@ -175,7 +175,7 @@ func send(t *testing.T, c *client.Client, sid string, m client.Message) client.M
 	return r
 }
 
-func stop(t *testing.T, c *client.Client, sid, runID, mode string) client.InterruptResult {
+func stop(t *testing.T, c *client.Client, sid, runID string, mode rein.StopMode) client.InterruptResult {
 	t.Helper()
 	r, err := c.StopRun(ctxT(t), sid, runID, mode)
 	if err != nil {
@@ -374,7 +374,7 @@ func TestE2EEventTable(t *testing.T) {
 	if use.Name != "sleep" || use.Step != 1 {
 		t.Fatalf("agent.tool_use %+v", use)
 	}
-	b := send(t, c, sid, client.Message{Text: "after long", WhenBusy: client.WhenBusyEnqueue})
+	b := send(t, c, sid, client.Message{Text: "after long", WhenBusy: rein.WhenBusyEnqueue})
 	if b.Status != rein.StatusQueued {
 		t.Fatalf("enqueued: %+v", b)
 	}
@@ -382,7 +382,7 @@ func TestE2EEventTable(t *testing.T) {
 		t.Fatalf("run_queued %+v", q)
 	}
 	msg := "enough"
-	in, err := c.Interrupt(ctx, sid, client.Interrupt{RunID: &a.RunID, Mode: client.ModeInterrupt, Message: &msg})
+	in, err := c.Interrupt(ctx, sid, client.Interrupt{RunID: &a.RunID, Mode: rein.StopInterrupt, Message: &msg})
 	if err != nil || !in.Accepted || in.RunID != a.RunID {
 		t.Fatalf("interrupt: %+v %v", in, err)
 	}
@@ -441,8 +441,8 @@ func TestE2EStopQueuedRun(t *testing.T) {
 	if !errors.Is(err, rein.ErrSessionBusy) || !errors.As(err, &ce) || ce.RunID != a.RunID || ce.Status != http.StatusConflict {
 		t.Fatalf("message to a busy session: %v, want session_busy naming %s", err, a.RunID)
 	}
-	b := send(t, c, sid, client.Message{Text: "B", WhenBusy: client.WhenBusyEnqueue})
-	cc := send(t, c, sid, client.Message{Text: "C", WhenBusy: client.WhenBusyEnqueue})
+	b := send(t, c, sid, client.Message{Text: "B", WhenBusy: rein.WhenBusyEnqueue})
+	cc := send(t, c, sid, client.Message{Text: "C", WhenBusy: rein.WhenBusyEnqueue})
 	info, err := c.GetSession(ctx, sid)
 	if err != nil {
 		t.Fatal(err)
@@ -451,7 +451,7 @@ func TestE2EStopQueuedRun(t *testing.T) {
 		t.Fatalf("busy session %+v", info)
 	}
 
-	if r := stop(t, c, sid, b.RunID, client.ModeCancel); !r.Accepted || r.RunID != b.RunID {
+	if r := stop(t, c, sid, b.RunID, rein.StopCancel); !r.Accepted || r.RunID != b.RunID {
 		t.Fatalf("stop B: %+v", r)
 	}
 	if p := w.completion(b.RunID); p.Status != rein.StatusCancelled || p.Reason != rein.ReasonCancelled {
@@ -464,13 +464,13 @@ func TestE2EStopQueuedRun(t *testing.T) {
 	if info.CurrentRunID != a.RunID || !slices.Equal(info.QueuedRunIDs, []string{cc.RunID}) {
 		t.Fatalf("after stopping B: %+v", info)
 	}
-	if r := stop(t, c, sid, b.RunID, client.ModeCancel); r.Accepted {
+	if r := stop(t, c, sid, b.RunID, rein.StopCancel); r.Accepted {
 		t.Fatalf("second stop of B accepted: %+v", r)
 	}
 	if st := runStatus(t, c, sid, a.RunID); st != rein.StatusRunning {
 		t.Fatalf("A is %s after a second stop of B", st)
 	}
-	stop(t, c, sid, a.RunID, client.ModeCancel)
+	stop(t, c, sid, a.RunID, rein.StopCancel)
 	if p := w.completion(cc.RunID); p.Status != rein.StatusCompleted {
 		t.Fatalf("C: %+v", p)
 	}
@@ -497,12 +497,12 @@ func TestE2EStaleStop(t *testing.T) {
 	w.completion(old.RunID)
 	cur := send(t, c, sid, client.Message{Text: "long"})
 	w.until(is(rein.EventToolUse, cur.RunID))
-	for _, mode := range []string{client.ModeCancel, client.ModeInterrupt} {
+	for _, mode := range []rein.StopMode{rein.StopCancel, rein.StopInterrupt} {
 		if r := stop(t, c, sid, old.RunID, mode); r.Accepted || r.RunID != old.RunID {
 			t.Fatalf("stale stop (%s): %+v", mode, r)
 		}
 	}
-	if r := stop(t, c, sid, "run_unknown", client.ModeCancel); r.Accepted {
+	if r := stop(t, c, sid, "run_unknown", rein.StopCancel); r.Accepted {
 		t.Fatalf("stop of an unknown run: %+v", r)
 	}
 	if st := runStatus(t, c, sid, cur.RunID); st != rein.StatusRunning {
@@ -514,16 +514,16 @@ func TestE2EStaleStop(t *testing.T) {
 	}
 	// A run of another session is "unknown" here too.
 	other := newSession(t, c)
-	if r := stop(t, c, other, cur.RunID, client.ModeCancel); r.Accepted {
+	if r := stop(t, c, other, cur.RunID, rein.StopCancel); r.Accepted {
 		t.Fatalf("a stop through another session was accepted: %+v", r)
 	}
 	if st := runStatus(t, c, sid, cur.RunID); st != rein.StatusRunning {
 		t.Fatalf("the run is %s after a stop through another session", st)
 	}
-	if r := stop(t, c, sid, cur.RunID, client.ModeCancel); !r.Accepted {
+	if r := stop(t, c, sid, cur.RunID, rein.StopCancel); !r.Accepted {
 		t.Fatalf("stop: %+v", r)
 	}
-	if r := stop(t, c, sid, cur.RunID, client.ModeCancel); r.Accepted {
+	if r := stop(t, c, sid, cur.RunID, rein.StopCancel); r.Accepted {
 		t.Fatalf("second stop accepted: %+v", r)
 	}
 	if p := w.completion(cur.RunID); p.Status != rein.StatusCancelled || p.Reason != rein.ReasonCancelled {
@@ -548,8 +548,8 @@ func TestE2ESessionLevelInterrupt(t *testing.T) {
 	}
 	a := send(t, c, sid, client.Message{Text: "long"})
 	w.until(is(rein.EventToolUse, a.RunID))
-	b := send(t, c, sid, client.Message{Text: "queued", WhenBusy: client.WhenBusyEnqueue})
-	r, err := c.Interrupt(ctx, sid, client.Interrupt{Mode: client.ModeInterrupt})
+	b := send(t, c, sid, client.Message{Text: "queued", WhenBusy: rein.WhenBusyEnqueue})
+	r, err := c.Interrupt(ctx, sid, client.Interrupt{Mode: rein.StopInterrupt})
 	if err != nil || !r.Accepted || r.RunID != a.RunID {
 		t.Fatalf("session-level interrupt: %+v %v", r, err)
 	}
@@ -570,8 +570,8 @@ func TestE2EWhenBusyInterrupt(t *testing.T) {
 	w := watch(t, c, sid)
 	a := send(t, c, sid, client.Message{Text: "long"})
 	w.until(is(rein.EventToolUse, a.RunID))
-	b := send(t, c, sid, client.Message{Text: "B", WhenBusy: client.WhenBusyEnqueue})
-	m := send(t, c, sid, client.Message{Text: "M", WhenBusy: client.WhenBusyInterrupt})
+	b := send(t, c, sid, client.Message{Text: "B", WhenBusy: rein.WhenBusyEnqueue})
+	m := send(t, c, sid, client.Message{Text: "M", WhenBusy: rein.WhenBusyInterrupt})
 	if m.Status != rein.StatusQueued {
 		t.Fatalf("when_busy=interrupt answered %+v, want QUEUED", m)
 	}
@@ -602,7 +602,7 @@ func TestE2EClientIDRepeat(t *testing.T) {
 	if again != first {
 		t.Fatalf("repeat while running: %+v, want %+v", again, first)
 	}
-	stop(t, c, sid, first.RunID, client.ModeCancel)
+	stop(t, c, sid, first.RunID, rein.StopCancel)
 	w.completion(first.RunID)
 	again = send(t, c, sid, client.Message{Text: "something else", ClientID: "k1"})
 	if again.RunID != first.RunID || again.Status != rein.StatusCancelled {
@@ -703,10 +703,10 @@ func TestE2EOwnerIsolation(t *testing.T) {
 		"ListRuns":   func(c *client.Client) error { _, err := c.ListRuns(ctx, sid); return err },
 		"GetRun":     func(c *client.Client) error { _, err := c.GetRun(ctx, sid, run.RunID); return err },
 		"SendMessage": func(c *client.Client) error {
-			_, err := c.SendMessage(ctx, sid, client.Message{Text: "hi", WhenBusy: client.WhenBusyEnqueue})
+			_, err := c.SendMessage(ctx, sid, client.Message{Text: "hi", WhenBusy: rein.WhenBusyEnqueue})
 			return err
 		},
-		"StopRun":   func(c *client.Client) error { _, err := c.StopRun(ctx, sid, run.RunID, client.ModeCancel); return err },
+		"StopRun":   func(c *client.Client) error { _, err := c.StopRun(ctx, sid, run.RunID, rein.StopCancel); return err },
 		"Interrupt": func(c *client.Client) error { _, err := c.Interrupt(ctx, sid, client.Interrupt{}); return err },
 		"Supplement": func(c *client.Client) error {
 			_, err := c.Supplement(ctx, sid, client.Supplement{Text: "x"})

@@ -70,32 +70,15 @@ func (c *Client) postOne(ctx context.Context, sessionID string, t rein.EventType
 	return nil
 }
 
-// When a user.message finds the session busy (Message.WhenBusy).
-const (
-	// WhenBusyReject answers 409 session_busy (the server's default).
-	WhenBusyReject = "reject"
-	// WhenBusyEnqueue queues the run behind the current ones.
-	WhenBusyEnqueue = "enqueue"
-	// WhenBusyInterrupt interrupts the current run and runs this one next.
-	WhenBusyInterrupt = "interrupt"
-)
-
-// Stop modes (Interrupt.Mode).
-const (
-	// ModeCancel stops a run at once; it ends CANCELLED without a reply.
-	ModeCancel = "cancel"
-	// ModeInterrupt stops a run cooperatively; it ends COMPLETED with
-	// reason interrupted and a reply.
-	ModeInterrupt = "interrupt"
-)
-
 // Message is a user.message: it starts a run.
 type Message struct {
 	// Text is the user's input (non-empty).
 	Text string `json:"text"`
 	// WhenBusy says what to do when the session's turn is held:
-	// WhenBusyReject (default), WhenBusyEnqueue or WhenBusyInterrupt.
-	WhenBusy string `json:"when_busy,omitempty"`
+	// rein.WhenBusyReject (default), rein.WhenBusyEnqueue,
+	// rein.WhenBusyInterrupt or rein.WhenBusyRollback (the current run is
+	// cancelled at once and its turn is left out of later model requests).
+	WhenBusy rein.WhenBusy `json:"when_busy,omitempty"`
 	// ClientID makes the call idempotent in the session: a repeat answers
 	// the first run's id and current status and starts nothing.
 	ClientID string `json:"client_id,omitempty"`
@@ -114,7 +97,7 @@ type MessageResult struct {
 	Status rein.RunStatus `json:"status"`
 }
 
-// SendMessage submits a user.message. A busy session with WhenBusyReject
+// SendMessage submits a user.message. A busy session with rein.WhenBusyReject
 // answers an error matching rein.ErrSessionBusy whose RunID is the run
 // holding the turn.
 func (c *Client) SendMessage(ctx context.Context, sessionID string, m Message) (MessageResult, error) {
@@ -128,8 +111,10 @@ type Interrupt struct {
 	// RunID names the run to stop; only that run is ever touched. nil
 	// stops the session's current (running) run, if any.
 	RunID *string `json:"run_id,omitempty"`
-	// Mode is ModeCancel (default) or ModeInterrupt.
-	Mode string `json:"mode,omitempty"`
+	// Mode is rein.StopCancel (default: the run ends CANCELLED without a
+	// reply) or rein.StopInterrupt (cooperative: it ends COMPLETED with
+	// reason interrupted and a reply).
+	Mode rein.StopMode `json:"mode,omitempty"`
 	// Message is recorded on the event; it is never treated as input.
 	Message *string `json:"message,omitempty"`
 }
@@ -151,9 +136,9 @@ func (c *Client) Interrupt(ctx context.Context, sessionID string, in Interrupt) 
 	return r, err
 }
 
-// StopRun stops exactly one run by its id, with mode ModeCancel or
-// ModeInterrupt; it is Interrupt with RunID set.
-func (c *Client) StopRun(ctx context.Context, sessionID, runID, mode string) (InterruptResult, error) {
+// StopRun stops exactly one run by its id, with mode rein.StopCancel or
+// rein.StopInterrupt; it is Interrupt with RunID set.
+func (c *Client) StopRun(ctx context.Context, sessionID, runID string, mode rein.StopMode) (InterruptResult, error) {
 	return c.Interrupt(ctx, sessionID, Interrupt{RunID: &runID, Mode: mode})
 }
 

@@ -346,6 +346,26 @@ func (r *Run) cancelLocked(msg string, announce func()) bool {
 	}
 }
 
+// Expire ends a CREATED run whose deadline passed before it was started:
+// it never starts, and ends CANCELLED with reason timeout. A runtime that
+// keeps handles CREATED until it may start them (the sessions service, while
+// the store says the run waits its turn) calls it when the deadline fires.
+// It reports whether this call ended the run.
+func (r *Run) Expire() bool {
+	r.mu.Lock()
+	if r.st != stCreated || r.cancelled || r.decided {
+		r.mu.Unlock()
+		return false
+	}
+	// Decided under the lock, so a concurrent Start finds it no longer
+	// CREATED and starts nothing.
+	r.decided = true
+	r.st = stFinishing
+	r.mu.Unlock()
+	r.complete(Result{Status: rein.StatusCancelled, Reason: rein.ReasonTimeout, Err: fmt.Errorf("run %s: %w", r.id, rein.ErrTimeout)}, false)
+	return true
+}
+
 // Interrupt asks a RUNNING run to stop cooperatively (SPEC §2): its work
 // context is cancelled at once and its Func takes the interrupt path; the
 // run ends COMPLETED with reason interrupted. On a CREATED or QUEUED run it

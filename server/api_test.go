@@ -333,6 +333,54 @@ func TestWhenBusyInterrupt(t *testing.T) {
 	}
 }
 
+// TestWhenBusyRollback: the current run is cancelled at once and flagged
+// rolled back; its events stay in the log but its turn is in no later
+// model request; the new run runs next, ahead of runs already queued.
+func TestWhenBusyRollback(t *testing.T) {
+	s := newStack(t, options{})
+	sid := s.createSession("")
+	a := s.send("", sid, "long A", nil)["run_id"].(string)
+	b := s.send("", sid, "turns B", map[string]any{"when_busy": "enqueue"})["run_id"].(string)
+	s.waitEvent("", sid, is(rein.EventToolUse, a))
+	c := s.send("", sid, "turns C", map[string]any{"when_busy": "rollback"})
+	if c["status"] != "QUEUED" {
+		t.Fatalf("when_busy=rollback answers %v, want QUEUED", c)
+	}
+	cID := c["run_id"].(string)
+	if p := s.completion("", sid, a); p.Status != rein.StatusCancelled || p.Reason != rein.ReasonCancelled || !p.RolledBack {
+		t.Fatalf("A: %+v, want CANCELLED/cancelled rolled back", p)
+	}
+	s.completion("", sid, b)
+	evs := s.events("", sid)
+	checkLog(t, evs)
+	aEnd, _ := find(evs, is(rein.EventRunCompleted, a))
+	if payloadOf(t, aEnd)["rolled_back"] != true {
+		t.Fatalf("A's run_completed: %s", aEnd.Payload)
+	}
+	if r, err := find(evs, is(rein.EventToolResult, a)); err != nil || payloadOf(t, r)["is_error"] != true || r.Seq > aEnd.Seq {
+		t.Fatalf("A's cut tool call has no error result before its completion: %v", err)
+	}
+	if _, err := find(evs, is(rein.EventUserMessage, a)); err != nil {
+		t.Fatal("A's user.message left the log")
+	}
+	cStart, err1 := find(evs, is(rein.EventRunStarted, cID))
+	bStart, err2 := find(evs, is(rein.EventRunStarted, b))
+	if err1 != nil || err2 != nil || cStart.Seq > bStart.Seq {
+		t.Fatalf("C must start before B (C %d, B %d)", cStart.Seq, bStart.Seq)
+	}
+	// A's turn is gone: C's request has its own turn only, B's C's and B's.
+	for id, want := range map[string]string{cID: "turns=[1]", b: "turns=[2]"} {
+		m, err := find(evs, is(rein.EventMessage, id))
+		if got, _ := payloadOf(t, m)["text"].(string); err != nil || got != want {
+			t.Fatalf("run %s replied %q (%v), want %q", id, got, err, want)
+		}
+	}
+	// Runs that were not stopped by a rollback carry no rolled_back.
+	if bEnd, _ := find(evs, is(rein.EventRunCompleted, b)); payloadOf(t, bEnd)["rolled_back"] != nil {
+		t.Fatalf("B's run_completed: %s", bEnd.Payload)
+	}
+}
+
 func TestClientIDRepeat(t *testing.T) {
 	s := newStack(t, options{})
 	sid := s.createSession("")

@@ -200,9 +200,11 @@ func (p payload) message() (sessions.MessageRequest, error) {
 		return req, err
 	}
 	req.Text = *text
-	if req.WhenBusy, err = p.enum("when_busy", sessions.WhenBusyReject, sessions.WhenBusyEnqueue, sessions.WhenBusyInterrupt); err != nil {
+	wb, err := p.enum("when_busy", string(rein.WhenBusyReject), string(rein.WhenBusyEnqueue), string(rein.WhenBusyInterrupt), string(rein.WhenBusyRollback))
+	if err != nil {
 		return req, err
 	}
+	req.WhenBusy = rein.WhenBusy(wb)
 	// An empty client_id means none, as in Go's zero value: only a real
 	// key makes a call idempotent.
 	if cid, err := p.str("client_id", false, false); err != nil {
@@ -238,12 +240,13 @@ func (p payload) interrupt() (sessions.InterruptRequest, error) {
 		}
 		req.RunID = &id
 	}
-	var err error
-	if req.Mode, err = p.enum("mode", sessions.ModeCancel, sessions.ModeInterrupt); err != nil {
+	mode, err := p.enum("mode", string(rein.StopCancel), string(rein.StopInterrupt))
+	if err != nil {
 		return req, err
 	}
+	req.Mode = rein.StopMode(mode)
 	if req.Mode == "" {
-		req.Mode = sessions.ModeCancel
+		req.Mode = rein.StopCancel
 	}
 	if req.Message, err = p.str("message", false, false); err != nil {
 		return req, err

@@ -10,12 +10,12 @@ import (
 	"testing"
 
 	"github.com/reinhq/rein"
-	"github.com/reinhq/rein/sessions"
 )
 
 var batchSeeds = []string{
 	`{"events":[{"type":"user.message","payload":{"text":"hi"}}]}`,
 	`{"events":[{"type":"user.message","payload":{"text":"hi","when_busy":"enqueue","client_id":"c1","timeout_s":2.5}}]}`,
+	`{"events":[{"type":"user.message","payload":{"text":"hi","when_busy":"rollback"}}]}`,
 	`{"events":[{"type":"user.interrupt","payload":{}}]}`,
 	`{"events":[{"type":"user.interrupt","payload":{"run_id":"run_1","mode":"interrupt","message":"stop"}}]}`,
 	`{"events":[{"type":"user.interrupt","payload":{"run_id":""}}]}`,
@@ -89,12 +89,12 @@ func checkCommand(t *testing.T, i int, c command) {
 	switch c.typ {
 	case rein.EventUserMessage:
 		m := c.message
-		if m.Text == "" || m.Timeout < 0 || !oneOf(m.WhenBusy, "", sessions.WhenBusyReject, sessions.WhenBusyEnqueue, sessions.WhenBusyInterrupt) {
+		if m.Text == "" || m.Timeout < 0 || !oneOf(m.WhenBusy, "", rein.WhenBusyReject, rein.WhenBusyEnqueue, rein.WhenBusyInterrupt, rein.WhenBusyRollback) {
 			t.Fatalf("event %d: bad message accepted: %+v", i, m)
 		}
 	case rein.EventUserInterrupt:
 		in := c.interrupt
-		if (in.RunID != nil && *in.RunID == "") || !oneOf(in.Mode, sessions.ModeCancel, sessions.ModeInterrupt) {
+		if (in.RunID != nil && *in.RunID == "") || !oneOf(in.Mode, rein.StopCancel, rein.StopInterrupt) {
 			t.Fatalf("event %d: bad interrupt accepted: %+v", i, in)
 		}
 	case rein.EventUserSupplement:
@@ -111,7 +111,7 @@ func checkCommand(t *testing.T, i int, c command) {
 	}
 }
 
-func oneOf(v string, set ...string) bool {
+func oneOf[T comparable](v T, set ...T) bool {
 	for _, s := range set {
 		if v == s {
 			return true
@@ -185,7 +185,7 @@ func TestDecodeBatchResults(t *testing.T) {
 	if m := cmds[0].message; m.Text != "hi" || m.WhenBusy != "interrupt" || m.ClientID != "" || m.Timeout.Seconds() != 1.5 {
 		t.Fatalf("message %+v", m)
 	}
-	if in := cmds[1].interrupt; in.RunID == nil || *in.RunID != "run_x" || in.Mode != sessions.ModeCancel || in.Message != nil {
+	if in := cmds[1].interrupt; in.RunID == nil || *in.RunID != "run_x" || in.Mode != rein.StopCancel || in.Message != nil {
 		t.Fatalf("interrupt %+v", in)
 	}
 	if c := cmds[2].confirm; c.ToolUseID != "c1" || c.Allow || c.DenyMessage == nil || *c.DenyMessage != "no" {

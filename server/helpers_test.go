@@ -33,7 +33,10 @@ type options struct {
 	heartbeat time.Duration
 	leaseTTL  time.Duration
 	grace     time.Duration
-	logger    *slog.Logger
+	// resumeAttempts is sessions.Config.ResumeAttempts (0: the default;
+	// negative: never resume).
+	resumeAttempts int
+	logger         *slog.Logger
 	// noStart leaves svc.Start to the test (Serve starts it).
 	noStart bool
 }
@@ -58,7 +61,7 @@ func assemble(o options, workspace string) (*sessions.Service, *server.Metrics, 
 	}
 	svc, err := reintest.Service("testdata/script.yaml", o.store, func(c *sessions.Config) {
 		c.Observer, c.Logger, c.Workspace = metrics, o.logger, workspace
-		c.LeaseTTL, c.InterruptGrace = o.leaseTTL, o.grace
+		c.LeaseTTL, c.InterruptGrace, c.ResumeAttempts = o.leaseTTL, o.grace, o.resumeAttempts
 	})
 	return svc, metrics, err
 }
@@ -68,7 +71,9 @@ func newStack(t testing.TB, o options) *stack {
 	ts := reintest.NewServer(t, reintest.ServerOptions{
 		Script: "testdata/script.yaml", Store: o.store, Tokens: o.tokens, Logger: o.logger,
 		Heartbeat: o.heartbeat, NoStart: o.noStart,
-		Configure: func(c *sessions.Config) { c.LeaseTTL, c.InterruptGrace = o.leaseTTL, o.grace },
+		Configure: func(c *sessions.Config) {
+			c.LeaseTTL, c.InterruptGrace, c.ResumeAttempts = o.leaseTTL, o.grace, o.resumeAttempts
+		},
 	})
 	return &stack{t: t, st: ts.Store, svc: ts.Service, srv: ts.Handler, url: ts.URL}
 }

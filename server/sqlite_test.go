@@ -125,16 +125,12 @@ func runChild() {
 	os.Exit(3)
 }
 
-// TestCrashRestart: the server process is SIGKILLed mid-run. A new server
-// on the same SQLite file records the RUNNING run FAILED (reason error,
-// with its session.run_completed) within one lease TTL, starts the queued
-// runs in order without any request, and the log's seq continues without
-// a gap.
-func TestCrashRestart(t *testing.T) {
-	if testing.Short() {
-		t.Skip("starts a child process")
-	}
-	path := filepath.Join(t.TempDir(), "rein.db")
+// crashMidRun starts a server in a child process on the SQLite file at
+// path, starts "long A" (executing its hour-long sleep) with B and C queued
+// behind it, SIGKILLs the child and returns the log as it was before the
+// kill, the session and the three run ids, and when the kill happened.
+func crashMidRun(t *testing.T, path string) (before []rein.Event, sid, a, b, c string, killedAt time.Time) {
+	t.Helper()
 	child := exec.Command(os.Args[0], "-test.run=^$")
 	child.Env = append(os.Environ(), childDBEnv+"="+path, childTTLEnv+"="+crashTTL.String())
 	child.Stderr = os.Stderr
@@ -158,20 +154,34 @@ func TestCrashRestart(t *testing.T) {
 		t.Fatalf("child said %q (%v)", line, err)
 	}
 	remote := &stack{t: t, url: "http://" + addr}
-	sid := remote.createSession("")
-	a := remote.send("", sid, "long A", nil)["run_id"].(string)
-	b := remote.send("", sid, "B", map[string]any{"when_busy": "enqueue"})["run_id"].(string)
-	c := remote.send("", sid, "C", map[string]any{"when_busy": "enqueue"})["run_id"].(string)
+	sid = remote.createSession("")
+	a = remote.send("", sid, "long A", nil)["run_id"].(string)
+	b = remote.send("", sid, "B", map[string]any{"when_busy": "enqueue"})["run_id"].(string)
+	c = remote.send("", sid, "C", map[string]any{"when_busy": "enqueue"})["run_id"].(string)
 	remote.waitEvent("", sid, is(rein.EventToolUse, a))
-	before := remote.events("", sid)
+	before = remote.events("", sid)
 
 	if err := child.Process.Signal(syscall.SIGKILL); err != nil {
 		t.Fatal(err)
 	}
 	_ = child.Wait()
 	killed = true
+	return before, sid, a, b, c, time.Now()
+}
 
-	restart := time.Now()
+// TestCrashRestart: the server process is SIGKILLed while a run's tool
+// call executes. A new server on the same SQLite file resumes that run
+// within one lease TTL: the call is not run again but answered with an
+// in-doubt error result, the model's request that made it is not repeated,
+// and the run goes on to its next step and completes. Then the queued runs
+// start in order without any request, and the log's seq continues without
+// a gap.
+func TestCrashRestart(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts a child process")
+	}
+	path := filepath.Join(t.TempDir(), "rein.db")
+	before, sid, a, b, c, restart := crashMidRun(t, path)
 	st, err := sqlite.Open(t.Context(), path, sqlite.Options{})
 	if err != nil {
 		t.Fatal(err)
@@ -180,14 +190,14 @@ func TestCrashRestart(t *testing.T) {
 	sv := serve(t, options{store: st, leaseTTL: crashTTL})
 	pa := sv.completion("", sid, a)
 	lost := time.Since(restart)
-	t.Logf("crashed run recorded %v after the restart: %s", lost, pa.Error)
-	if pa.Status != rein.StatusFailed || pa.Reason != rein.ReasonError || pa.Error == "" {
-		t.Fatalf("the crashed run: %+v", pa)
+	t.Logf("crashed run ended %v after the restart", lost)
+	if pa.Status != rein.StatusCompleted || pa.Reason != rein.ReasonStop {
+		t.Fatalf("the resumed run: %+v", pa)
 	}
 	// The lease was renewed at most TTL/3 before the kill, so it expires
 	// within one TTL of the restart; the margin covers a busy machine.
 	if lost > crashTTL+time.Second {
-		t.Fatalf("the crashed run was recorded failed %v after the restart; TTL is %v", lost, crashTTL)
+		t.Fatalf("the crashed run ended %v after the restart; TTL is %v", lost, crashTTL)
 	}
 	for _, id := range []string{b, c} {
 		if p := sv.completion("", sid, id); p.Status != rein.StatusCompleted || p.Reason != rein.ReasonStop {
@@ -208,12 +218,70 @@ func TestCrashRestart(t *testing.T) {
 	if !(aEnd.Seq < bStart.Seq && bEnd.Seq < cStart.Seq) {
 		t.Fatalf("order after the crash: A ends %d, B starts %d, B ends %d, C starts %d", aEnd.Seq, bStart.Seq, bEnd.Seq, cStart.Seq)
 	}
-	// The dangling tool call of the lost run got its error result.
-	if r, err := find(all, is(rein.EventToolResult, a)); err != nil || payloadOf(t, r)["is_error"] != true || r.Seq > aEnd.Seq {
-		t.Fatalf("lost run's tool call has no error result before its completion: %v", err)
+	uses, results, restarts := 0, 0, 0
+	for _, e := range all {
+		if e.RunID != a {
+			continue
+		}
+		switch e.Type {
+		case rein.EventToolUse:
+			uses++
+		case rein.EventStepRestarted:
+			restarts++
+		case rein.EventToolResult:
+			results++
+			p := payloadOf(t, e)
+			out, _ := p["output"].(string)
+			if p["is_error"] != true || p["in_doubt"] != true || !strings.HasPrefix(out, "in doubt:") || e.Seq > aEnd.Seq {
+				t.Fatalf("the executing call's result after the crash: seq %d %v", e.Seq, p)
+			}
+		}
+	}
+	// One call, made once, with one (in-doubt) result; the step's model
+	// request had ended, so it is not made again.
+	if uses != 1 || results != 1 || restarts != 0 {
+		t.Fatalf("lost run: %d tool uses, %d results, %d step restarts; want 1, 1, 0", uses, results, restarts)
+	}
+	msg, err := find(all, is(rein.EventMessage, a))
+	if txt, _ := payloadOf(t, msg)["text"].(string); err != nil || !strings.Contains(txt, "woke up: in doubt:") {
+		t.Fatalf("the resumed run's reply %q (%v): the model should see the in-doubt result", txt, err)
 	}
 	if sess := sv.must(200, "GET", "/api/sessions/"+sid, "", nil); sess["state"] != "idle" {
 		t.Fatalf("session after recovery: %v", sess)
+	}
+	if err := sv.shutdown(); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestCrashRestartWithoutResume: with resumes turned off, the run of the
+// lost instance ends FAILED with "instance lost" (its executing call gets
+// its error result first), and the queued runs go on.
+func TestCrashRestartWithoutResume(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts a child process")
+	}
+	path := filepath.Join(t.TempDir(), "rein.db")
+	_, sid, a, b, c, _ := crashMidRun(t, path)
+	st, err := sqlite.Open(t.Context(), path, sqlite.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	sv := serve(t, options{store: st, leaseTTL: crashTTL, resumeAttempts: -1})
+	if pa := sv.completion("", sid, a); pa.Status != rein.StatusFailed || pa.Reason != rein.ReasonError || pa.Error != "instance lost" {
+		t.Fatalf("the crashed run: %+v", pa)
+	}
+	for _, id := range []string{b, c} {
+		if p := sv.completion("", sid, id); p.Status != rein.StatusCompleted || p.Reason != rein.ReasonStop {
+			t.Fatalf("queued run %s after the crash: %+v", id, p)
+		}
+	}
+	all := sv.events("", sid)
+	checkLog(t, all)
+	aEnd, _ := find(all, is(rein.EventRunCompleted, a))
+	if r, err := find(all, is(rein.EventToolResult, a)); err != nil || payloadOf(t, r)["is_error"] != true || r.Seq > aEnd.Seq {
+		t.Fatalf("lost run's tool call has no error result before its completion: %v", err)
 	}
 	if err := sv.shutdown(); err != nil {
 		t.Fatal(err)

@@ -9,45 +9,56 @@ import (
 
 	"github.com/reinhq/rein"
 	"github.com/reinhq/rein/agent"
-	"github.com/reinhq/rein/inbox"
 	"github.com/reinhq/rein/run"
 	"github.com/reinhq/rein/store"
 	"github.com/reinhq/rein/tool"
 )
 
-// liveRun is a run this process holds a handle for.
+// liveRun is a run this instance holds a handle for: one it admitted and
+// waits to claim, or one it claimed (or resumed) and executes. The handle
+// stays CREATED until the store says the run is this instance's to run
+// (lifecycle.claimNext); only then is it started.
 type liveRun struct {
 	rec *store.RunRecord
 	h   *run.Run
 	w   *writer
 
-	mu       sync.Mutex
-	lease    *store.Lease
-	renew    context.CancelFunc
-	renewed  chan struct{} // closed when the renewal loop exits
-	started  bool          // admitted and recorded RUNNING
-	drained  bool          // never executed: the service was draining
-	stopAt   time.Time
-	stopMode string
+	mu      sync.Mutex
+	lease   *store.Lease
+	started bool // claimed here: RUNNING in the store, lease held
+	lost    bool // the lease was lost: this instance writes nothing more for it
+	// settled: the store already recorded the run's end (a queued run
+	// ended by claimNext or by a stop's own write).
+	settled bool
+	attempt int
+	// closing is what the loop's Journal.Finish handed over, written with
+	// the run's end.
+	closingMsgs []rein.Message
+	closingEvs  []rein.Event
+	expiry      *time.Timer
+	stopAt      time.Time
+	stopMode    string
 }
 
 func (lr *liveRun) key() rein.SessionKey { return lr.rec.Key() }
 
-func (lr *liveRun) fence() store.Fence {
+// fence is the run's lease token for its writes; ErrLeaseLost once the
+// lease is gone, so nothing more is written.
+func (lr *liveRun) fence() (store.Fence, error) {
 	lr.mu.Lock()
 	defer lr.mu.Unlock()
-	if lr.lease == nil {
-		return store.Fence{}
+	if lr.lost {
+		return store.Fence{}, rein.ErrLeaseLost
 	}
-	return lr.lease.Fence()
+	if lr.lease == nil {
+		return store.Fence{}, errors.New("sessions: run has no lease")
+	}
+	return lr.lease.Fence(), nil
 }
 
-// errDrained marks a queued run reached while draining: it is left QUEUED
-// in the store for the next start.
-var errDrained = errors.New("sessions: not started: draining")
-
-// launch creates, registers and starts the handle for a stored run.
-func (s *Service) launch(rec *store.RunRecord, front bool) (rein.RunStatus, error) {
+// track creates, registers and indexes the handle of a stored run. The
+// handle is not started.
+func (s *Service) track(rec *store.RunRecord) (*liveRun, error) {
 	lr := &liveRun{rec: rec, w: newWriter(s.st, rec.Key(), s.cfg.Observer.EventsAppended)}
 	h, err := s.engine.Prepare(func(ctx context.Context, c *run.Control) run.Outcome {
 		return s.execute(ctx, c, lr)
@@ -55,92 +66,109 @@ func (s *Service) launch(rec *store.RunRecord, front bool) (rein.RunStatus, erro
 		ID:       rec.ID,
 		Session:  rec.Key(),
 		Deadline: rec.Deadline,
-		Front:    front,
 		Finish:   func(_ *run.Run, res run.Result) { s.finish(lr, res) },
 	})
 	if err != nil {
-		return "", err
+		return nil, err
 	}
 	lr.h = h
 	s.mu.Lock()
+	if _, dup := s.live[rec.ID]; dup {
+		s.mu.Unlock()
+		return nil, fmt.Errorf("sessions: run %s is already held", rec.ID)
+	}
 	s.live[rec.ID] = lr
+	byKey := s.local[rec.Key()]
+	if byKey == nil {
+		byKey = map[string]*liveRun{}
+		s.local[rec.Key()] = byKey
+	}
+	byKey[rec.ID] = lr
 	s.mu.Unlock()
 	if err := s.registry.Register(h); err != nil {
-		s.mu.Lock()
-		delete(s.live, rec.ID)
-		s.mu.Unlock()
-		return "", err
+		s.untrack(lr)
+		return nil, err
 	}
-	h.OnTerminal(func(r *run.Run) {
-		s.mu.Lock()
-		if s.live[r.ID()] == lr {
-			delete(s.live, r.ID())
-		}
-		s.mu.Unlock()
+	h.OnTerminal(func(*run.Run) {
+		s.untrack(lr)
+		s.kick(lr.key())
 	})
-	st, err := h.Start()
-	if err != nil {
-		return "", err
+	if !rec.Deadline.IsZero() {
+		// While it waits for its turn the handle is CREATED, and the run
+		// package arms deadlines only at Start.
+		lr.expiry = time.AfterFunc(time.Until(rec.Deadline), func() { lr.h.Expire() })
 	}
-	return st, nil
+	return lr, nil
 }
 
-// abandon ends a run record that could not be announced.
-func (s *Service) abandon(rec *store.RunRecord, cause error) {
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	_, err := s.st.UpdateRun(ctx, rec.Key(), store.Fence{}, rec.ID, store.RunUpdate{
-		Status: rein.StatusFailed, Reason: rein.ReasonError, Error: "could not record the message: " + cause.Error(), EndedAt: s.now()})
-	if err != nil {
-		s.log.Error("abandon run", "session", rec.SessionID, "run", rec.ID, "err", err)
+func (s *Service) untrack(lr *liveRun) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.live[lr.rec.ID] == lr {
+		delete(s.live, lr.rec.ID)
+	}
+	if byKey := s.local[lr.key()]; byKey != nil && byKey[lr.rec.ID] == lr {
+		delete(byKey, lr.rec.ID)
+		if len(byKey) == 0 {
+			delete(s.local, lr.key())
+		}
 	}
 }
 
-// execute is the body of every run the service starts.
-func (s *Service) execute(ctx context.Context, c *run.Control, lr *liveRun) run.Outcome {
-	if s.draining.Load() {
-		lr.mu.Lock()
-		lr.drained = true
-		lr.mu.Unlock()
-		return run.Outcome{Reason: rein.ReasonError, Err: errDrained}
+func (s *Service) liveRun(runID string) *liveRun {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.live[runID]
+}
+
+// localState says whether this instance holds a handle for the run and
+// whether it executes it.
+func (s *Service) localState(runID string) (held, executing bool) {
+	lr := s.liveRun(runID)
+	if lr == nil {
+		return false, false
 	}
-	key := lr.key()
-	lease, err := s.acquire(ctx, key, lr.rec.ID)
-	if err != nil {
-		return run.Outcome{Reason: rein.ReasonError, Err: err}
-	}
-	renewCtx, stopRenew := context.WithCancel(s.ctx)
-	renewed := make(chan struct{})
 	lr.mu.Lock()
-	lr.lease, lr.renew, lr.renewed = lease, stopRenew, renewed
+	defer lr.mu.Unlock()
+	return true, lr.started
+}
+
+// startClaimed starts the handle of a run this instance just claimed.
+func (s *Service) startClaimed(c claim) {
+	lr := s.liveRun(c.rec.ID)
+	if lr == nil {
+		var err error
+		if lr, err = s.track(c.rec); err != nil {
+			s.log.Error("hold claimed run", "session", c.rec.Key().String(), "run", c.rec.ID, "err", err)
+			return
+		}
+	}
+	lr.mu.Lock()
+	lr.rec, lr.lease, lr.started = c.rec, c.lease, true
+	if c.resumed {
+		lr.attempt = c.rec.Resumes + 1
+	}
+	if lr.expiry != nil {
+		lr.expiry.Stop()
+	}
 	lr.mu.Unlock()
-	lr.w.setFence(lease.Fence())
-	go s.renewLoop(renewCtx, lr, renewed)
+	lr.w.setFence(c.lease.Fence())
+	if _, err := lr.h.Start(); err != nil {
+		// The handle was stopped between the claim and now, before it
+		// could run: record the end it would have recorded.
+		s.log.Debug("claimed run stopped before it started", "run", c.rec.ID, "err", err)
+		if res, ok := lr.h.Result(); ok {
+			s.finishClaimed(lr, res)
+		}
+	}
+}
 
-	// The RUNNING record and session.run_started are written concurrently
-	// so that a group-committing store makes them durable together (one
-	// fsync instead of two on the path a user waits on).
-	type updated struct {
-		rec *store.RunRecord
-		err error
-	}
-	upd := make(chan updated, 1)
-	go func() {
-		rec, err := s.st.UpdateRun(ctx, key, lease.Fence(), lr.rec.ID, store.RunUpdate{
-			Status: rein.StatusRunning, StartedAt: s.now(), Instance: s.cfg.Instance})
-		upd <- updated{rec, err}
-	}()
-	emitErr := lr.w.Emit(ctx, rein.NewEvent(rein.EventRunStarted, lr.rec.ID, rein.RunStartedPayload{RunID: lr.rec.ID}))
-	u := <-upd
-	if u.err != nil {
-		return run.Outcome{Reason: rein.ReasonError, Err: fmt.Errorf("record run start: %w", u.err)}
-	}
-	if emitErr != nil {
-		return run.Outcome{Reason: rein.ReasonError, Err: emitErr}
-	}
-	rec := u.rec
+// execute is the body of every run this instance executes: the agent loop
+// bound to the run's journal.
+func (s *Service) execute(ctx context.Context, c *run.Control, lr *liveRun) run.Outcome {
+	key := lr.key()
 	lr.mu.Lock()
-	lr.rec, lr.started = rec, true
+	rec, attempt := lr.rec, lr.attempt
 	lr.mu.Unlock()
 	s.cfg.Observer.RunStarted()
 	sess, err := s.st.GetSession(ctx, key)
@@ -152,153 +180,105 @@ func (s *Service) execute(ctx context.Context, c *run.Control, lr *liveRun) run.
 		system = *sess.System
 	}
 	turn := &agent.Turn{
-		Session:    key,
-		RunID:      rec.ID,
-		Input:      rec.Input,
-		System:     system,
-		Workspace:  s.workspace(key),
-		Transcript: &transcript{st: s.st, key: key, fence: lr.fence},
-		Events:     lr.w,
-		Inbox:      inbox.FromStore(s.st, key),
-		Confirm:    &confirmer{s: s, lr: lr},
+		Session:   key,
+		RunID:     rec.ID,
+		Input:     rec.Input,
+		System:    system,
+		Workspace: s.workspace(key),
+		Journal:   &journal{s: s, lr: lr},
+		Events:    lr.w,
+		Confirm:   &confirmer{s: s},
+		Attempt:   attempt,
 	}
 	out := s.agent.Run(ctx, c, turn)
 	return run.Outcome{Reason: out.Reason, Reply: out.Reply, Err: out.Err, Usage: out.Usage}
 }
 
-// acquire takes the session's turn lease for runID, waiting out a lease
-// left by a lost instance, and then records that instance's runs as
-// failed.
-func (s *Service) acquire(ctx context.Context, key rein.SessionKey, runID string) (*store.Lease, error) {
-	for {
-		l, err := s.st.AcquireLease(ctx, key, s.cfg.Instance, runID, s.cfg.LeaseTTL)
-		if err == nil {
-			s.reapSession(ctx, key, l, runID)
-			return l, nil
-		}
-		if ctx.Err() != nil {
-			return nil, ctx.Err()
-		}
-		wait := s.cfg.LeaseTTL / 3
-		if errors.Is(err, rein.ErrSessionBusy) {
-			if cur, gerr := s.st.GetLease(ctx, key); gerr == nil {
-				if d := cur.ExpiresAt.Sub(s.now()); d > 0 && d < wait {
-					wait = d + time.Millisecond
-				}
-			}
-		} else {
-			s.log.Warn("acquire turn lease", "session", key.String(), "run", runID, "err", err)
-		}
-		t := time.NewTimer(wait)
-		select {
-		case <-ctx.Done():
-			t.Stop()
-			return nil, ctx.Err()
-		case <-t.C:
-		}
-	}
-}
-
-// renewLoop keeps the run's lease alive. Losing it (another instance took
-// the turn after we failed to renew in time) cancels the run: its fenced
-// writes would fail anyway.
-func (s *Service) renewLoop(ctx context.Context, lr *liveRun, done chan struct{}) {
-	defer close(done)
-	t := time.NewTicker(s.cfg.LeaseTTL / 3)
-	defer t.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-		}
-		lr.mu.Lock()
-		l := lr.lease
-		lr.mu.Unlock()
-		nl, err := s.st.RenewLease(ctx, l, s.cfg.LeaseTTL)
-		switch {
-		case err == nil:
-			lr.mu.Lock()
-			lr.lease = nl
-			lr.mu.Unlock()
-		case errors.Is(err, rein.ErrLeaseLost):
-			s.log.Error("turn lease lost; cancelling run", "session", lr.key().String(), "run", lr.rec.ID)
-			lr.h.Cancel()
-			return
-		case ctx.Err() != nil:
-			return
-		default:
-			s.log.Warn("renew turn lease", "session", lr.key().String(), "run", lr.rec.ID, "err", err)
-		}
-	}
-}
-
-// finish records a run's end: its events flushed, its record terminal,
-// its session.run_completed as the last event of the run, its pending
-// confirmations closed, and its lease released — before its lane admits
-// the next run.
+// finish is the handle's Finish: it records the run's end in the store (one
+// write: see lifecycle.end) before the handle turns terminal.
 func (s *Service) finish(lr *liveRun, res run.Result) {
 	lr.mu.Lock()
-	drained, renew, renewed := lr.drained, lr.renew, lr.renewed
+	started, lost, settled := lr.started, lr.lost, lr.settled
+	if lr.expiry != nil {
+		lr.expiry.Stop()
+	}
 	lr.mu.Unlock()
-	if drained {
+	switch {
+	case lost:
+		s.log.Warn("run abandoned: its turn lease was lost", "session", lr.key().String(), "run", lr.rec.ID)
+		return
+	case settled:
+		return
+	case !started && s.draining.Load() && res.Reason != rein.ReasonCancelled && res.Reason != rein.ReasonTimeout:
 		return
 	}
-	if renew != nil {
-		renew()
-		<-renewed
+	if started {
+		s.finishClaimed(lr, res)
+		return
 	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if _, err := s.life.end(ctx, lr.key(), store.Fence{}, lr.rec.ID, false, endState{reason: res.Reason}); err != nil {
+		s.log.Error("record end of queued run", "session", lr.key().String(), "run", lr.rec.ID, "err", err)
+	}
+	s.observeEnd(lr, res)
+}
+
+// finishClaimed records the end of a run this instance claimed: its streamed
+// events flushed, then one write with its closing messages and events, the
+// terminal record, closed confirmations, session.run_completed and the
+// lease released.
+func (s *Service) finishClaimed(lr *liveRun, res run.Result) {
 	key := lr.key()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	if err := lr.w.Flush(ctx); err != nil {
 		s.log.Error("run events not all recorded", "session", key.String(), "run", lr.rec.ID, "err", err)
 	}
-	fence := lr.fence()
-	errText := ""
-	if res.Status == rein.StatusFailed && res.Err != nil {
-		errText = res.Err.Error()
-	}
-	usage := res.Usage
-	_, uerr := s.st.UpdateRun(ctx, key, fence, lr.rec.ID, store.RunUpdate{
-		Status: res.Status, Reason: res.Reason, Error: errText, EndedAt: s.now(), Usage: &usage})
-	// Confirmations close before anyone can see run_completed.
-	if err := s.st.CloseConfirmations(ctx, key, lr.rec.ID); err != nil {
-		s.log.Warn("close confirmations", "session", key.String(), "run", lr.rec.ID, "err", err)
-	}
-	switch err := uerr; {
-	case err == nil:
-		ev := rein.NewEvent(rein.EventRunCompleted, lr.rec.ID, rein.RunCompletedPayload{RunID: lr.rec.ID, Status: res.Status, Reason: res.Reason, Error: errText})
-		if _, err := s.appendEvents(ctx, key, fence, []rein.Event{ev}); err != nil {
-			s.log.Error("record run completion", "session", key.String(), "run", lr.rec.ID, "err", err)
-		}
-	case errors.Is(err, rein.ErrConflict):
-		// Already terminal in the store (another instance recorded it).
-	default:
-		s.log.Error("record run end", "session", key.String(), "run", lr.rec.ID, "err", err)
+	fence, err := lr.fence()
+	if err != nil {
+		return
 	}
 	lr.mu.Lock()
-	lease, stopAt, stopMode := lr.lease, lr.stopAt, lr.stopMode
+	es := endState{reason: res.Reason, usage: res.Usage, msgs: lr.closingMsgs, evs: lr.closingEvs}
 	lr.mu.Unlock()
-	if lease != nil {
-		if err := s.st.ReleaseLease(ctx, lease); err != nil {
-			s.log.Warn("release turn lease", "session", key.String(), "run", lr.rec.ID, "err", err)
+	if res.Status == rein.StatusFailed {
+		es.errText = errorText(res.Err)
+	}
+	if !res.Reason.HasReply() {
+		// Only a completed run has a final reply.
+		es.evs = withoutReply(es.evs)
+	}
+	if _, err := s.life.end(ctx, key, fence, lr.rec.ID, true, es); err != nil {
+		// The run stays RUNNING in the store; once its lease expires it is
+		// recovered (resumed from its last saved step).
+		s.log.Error("record run end", "session", key.String(), "run", lr.rec.ID, "err", err)
+	}
+	s.observeEnd(lr, res)
+}
+
+func withoutReply(evs []rein.Event) []rein.Event {
+	out := evs[:0:0]
+	for _, e := range evs {
+		if e.Type != rein.EventMessage {
+			out = append(out, e)
 		}
 	}
+	return out
+}
+
+func (s *Service) observeEnd(lr *liveRun, res run.Result) {
 	s.cfg.Observer.RunEnded(res.Status, res.Reason)
+	lr.mu.Lock()
+	stopAt, mode := lr.stopAt, lr.stopMode
+	lr.mu.Unlock()
 	if !stopAt.IsZero() {
-		s.cfg.Observer.StopLatency(stopMode, time.Since(stopAt))
+		s.cfg.Observer.StopLatency(mode, time.Since(stopAt))
 	}
 }
 
 // noteStop remembers when a stop was requested, for the latency metric.
-func (s *Service) noteStop(runID, mode string) {
-	s.mu.Lock()
-	lr := s.live[runID]
-	s.mu.Unlock()
-	if lr == nil {
-		return
-	}
+func (lr *liveRun) noteStop(mode string) {
 	lr.mu.Lock()
 	if lr.stopAt.IsZero() {
 		lr.stopAt, lr.stopMode = time.Now(), mode
@@ -306,44 +286,356 @@ func (s *Service) noteStop(runID, mode string) {
 	lr.mu.Unlock()
 }
 
-// transcript binds a session's history to a run, fenced by its lease.
-type transcript struct {
-	st    store.History
-	key   rein.SessionKey
-	fence func() store.Fence
+// ------------------------------------------------------------- pumps
+
+// pump drives one session's schedule on this instance: it asks the store
+// (lifecycle.claimNext) what runs next and starts what this instance
+// claimed. It runs while the session has runs held here, or work the
+// store says is left by a lost instance, and is woken by local admissions
+// and ends.
+type pump struct {
+	wake chan struct{}
 }
 
-func (t *transcript) Load(ctx context.Context) ([]rein.Message, error) {
-	return t.st.LoadHistory(ctx, t.key)
+// kick wakes the session's pump, starting one if none runs.
+func (s *Service) kick(key rein.SessionKey) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.ctx.Err() != nil {
+		return
+	}
+	if p := s.pumps[key]; p != nil {
+		select {
+		case p.wake <- struct{}{}:
+		default:
+		}
+		return
+	}
+	p := &pump{wake: make(chan struct{}, 1)}
+	s.pumps[key] = p
+	s.wg.Add(1)
+	go s.runPump(key, p)
 }
 
-func (t *transcript) Append(ctx context.Context, msgs ...rein.Message) error {
-	return t.st.AppendHistory(ctx, t.key, t.fence(), msgs)
+// pumpRetry is how often a pump looks again while the turn is held by
+// another instance or the store fails.
+func (s *Service) pumpRetry() time.Duration { return s.cfg.LeaseTTL / 3 }
+
+func (s *Service) runPump(key rein.SessionKey, p *pump) {
+	defer s.wg.Done()
+	for {
+		if s.draining.Load() || s.ctx.Err() != nil {
+			s.dropPump(key, p, true)
+			return
+		}
+		c, err := s.life.claimNext(s.ctx, key, s.waiting(key), func(runID string) bool {
+			_, executing := s.localState(runID)
+			return executing
+		}, s.isAdmitting(key))
+		wait := c.wait
+		if err != nil {
+			if s.ctx.Err() == nil {
+				s.log.Warn("schedule session", "session", key.String(), "err", err)
+			}
+			wait = s.pumpRetry()
+		}
+		for _, id := range append(c.ended, c.gone...) {
+			if lr := s.liveRun(id); lr != nil {
+				lr.mu.Lock()
+				lr.settled = true
+				lr.mu.Unlock()
+				lr.h.Expire()
+			}
+		}
+		if c.rec != nil {
+			s.startClaimed(c)
+			continue
+		}
+		if len(c.ended) > 0 || len(c.gone) > 0 {
+			continue
+		}
+		if !s.holdsWork(key) {
+			if s.dropPump(key, p, false) {
+				return
+			}
+			continue
+		}
+		// Otherwise wait: runs held here end (OnTerminal kicks), admissions
+		// kick, and a turn held elsewhere is looked at again at its expiry.
+		var timer *time.Timer
+		var fire <-chan time.Time
+		if wait > 0 {
+			timer = time.NewTimer(wait)
+			fire = timer.C
+		}
+		select {
+		case <-p.wake:
+		case <-fire:
+		case <-s.ctx.Done():
+		}
+		if timer != nil {
+			timer.Stop()
+		}
+	}
 }
 
-// confirmer implements agent.Confirmer with a durable pending confirmation,
-// the session.tool_confirmation_requested event, and the in-process gate
-// that wakes the run when ConfirmTool stores the answer.
-type confirmer struct {
+// admitting marks an admission in flight on key until the returned
+// function is called.
+func (s *Service) admitting(key rein.SessionKey) func() {
+	s.mu.Lock()
+	s.admits[key]++
+	s.mu.Unlock()
+	return func() {
+		s.mu.Lock()
+		if s.admits[key]--; s.admits[key] == 0 {
+			delete(s.admits, key)
+		}
+		s.mu.Unlock()
+	}
+}
+
+func (s *Service) isAdmitting(key rein.SessionKey) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.admits[key] > 0
+}
+
+// waiting returns the runs of the session held here and not started.
+func (s *Service) waiting(key rein.SessionKey) []string {
+	s.mu.Lock()
+	lrs := make([]*liveRun, 0, len(s.local[key]))
+	for _, lr := range s.local[key] {
+		lrs = append(lrs, lr)
+	}
+	s.mu.Unlock()
+	var out []string
+	for _, lr := range lrs {
+		lr.mu.Lock()
+		if !lr.started && !lr.settled {
+			out = append(out, lr.rec.ID)
+		}
+		lr.mu.Unlock()
+	}
+	return out
+}
+
+// holdsWork reports whether this instance holds any run of the session.
+func (s *Service) holdsWork(key rein.SessionKey) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return len(s.local[key]) > 0
+}
+
+// dropPump removes p unless a wake is pending (force: regardless); it
+// reports whether it did.
+func (s *Service) dropPump(key rein.SessionKey, p *pump, force bool) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if !force && len(p.wake) > 0 {
+		<-p.wake
+		return false
+	}
+	if s.pumps[key] == p {
+		delete(s.pumps, key)
+	}
+	return true
+}
+
+// ------------------------------------------------------------ renewal
+
+// renewLoop keeps the leases of the runs this instance executes alive: one
+// loop for the instance, not one per run. A lease found lost fences the
+// run at once: it writes nothing more and its execution here is cancelled.
+func (s *Service) renewLoop() {
+	defer s.wg.Done()
+	t := time.NewTicker(s.cfg.LeaseTTL / 3)
+	defer t.Stop()
+	for {
+		select {
+		case <-s.ctx.Done():
+			return
+		case <-t.C:
+		}
+		s.mu.Lock()
+		runs := make([]*liveRun, 0, len(s.live))
+		for _, lr := range s.live {
+			runs = append(runs, lr)
+		}
+		s.mu.Unlock()
+		for _, lr := range runs {
+			lr.mu.Lock()
+			l, ok := lr.lease, lr.started && !lr.lost
+			lr.mu.Unlock()
+			if !ok || l == nil {
+				continue
+			}
+			nl, err := s.st.RenewLease(s.ctx, l, s.cfg.LeaseTTL)
+			switch {
+			case err == nil:
+				lr.mu.Lock()
+				if lr.lease == l {
+					lr.lease = nl
+				}
+				lr.mu.Unlock()
+			case errors.Is(err, rein.ErrLeaseLost):
+				lr.mu.Lock()
+				current := lr.lease == l
+				if current {
+					lr.lost = true
+				}
+				lr.mu.Unlock()
+				if current {
+					s.log.Error("turn lease lost; the run is fenced and stopped here", "session", lr.key().String(), "run", lr.rec.ID)
+					lr.w.fail(rein.ErrLeaseLost)
+					lr.h.Cancel()
+				}
+			case s.ctx.Err() != nil:
+				return
+			default:
+				s.log.Warn("renew turn lease", "session", lr.key().String(), "run", lr.rec.ID, "err", err)
+			}
+		}
+	}
+}
+
+// ------------------------------------------------------------ journal
+
+// journal is a run's agent.Journal: every method one lifecycle write,
+// fenced by the run's lease, after the run's streamed events.
+type journal struct {
 	s  *Service
 	lr *liveRun
 }
 
-func (c *confirmer) Confirm(ctx context.Context, req agent.ConfirmRequest) (tool.Decision, error) {
+func (j *journal) Load(ctx context.Context) ([]rein.Message, error) {
+	return j.s.loadTranscript(ctx, j.lr.key())
+}
+
+func (j *journal) SaveInput(ctx context.Context, m rein.Message) error {
+	fence, err := j.lr.fence()
+	if err != nil {
+		return err
+	}
+	return j.s.st.Update(ctx, j.lr.key(), fence, func(tx store.Tx) error { return tx.AppendHistory(m) })
+}
+
+func (j *journal) Consume(ctx context.Context, step int) ([]rein.Message, error) {
+	n, err := j.s.st.PendingSupplements(ctx, j.lr.key())
+	if err != nil || n == 0 {
+		return nil, err
+	}
+	fence, err := j.before(ctx)
+	if err != nil {
+		return nil, err
+	}
+	return j.s.life.consume(ctx, j.lr.key(), fence, j.lr.rec.ID, step)
+}
+
+func (j *journal) Pending(ctx context.Context) (int, error) {
+	return j.s.st.PendingSupplements(ctx, j.lr.key())
+}
+
+func (j *journal) SaveStep(ctx context.Context, step int, asst rein.Message, confirm []rein.ToolCall) error {
+	fence, err := j.before(ctx)
+	if err != nil {
+		return err
+	}
+	return j.s.life.saveStep(ctx, j.lr.key(), fence, j.lr.rec.ID, step, asst, confirm)
+}
+
+func (j *journal) SaveResult(ctx context.Context, res rein.Message) error {
+	fence, err := j.before(ctx)
+	if err != nil {
+		return err
+	}
+	return j.s.life.saveResult(ctx, j.lr.key(), fence, res)
+}
+
+func (j *journal) Finish(_ context.Context, msgs []rein.Message, evs []rein.Event) error {
+	j.lr.mu.Lock()
+	j.lr.closingMsgs = append(j.lr.closingMsgs, msgs...)
+	j.lr.closingEvs = append(j.lr.closingEvs, evs...)
+	j.lr.mu.Unlock()
+	return nil
+}
+
+// before flushes the run's streamed events, so that what a journal write
+// records comes after them in the log, and returns the run's fence.
+func (j *journal) before(ctx context.Context) (store.Fence, error) {
+	if err := j.lr.w.Flush(ctx); err != nil {
+		return store.Fence{}, err
+	}
+	return j.lr.fence()
+}
+
+// loadTranscript is the session's history as the next model request sees
+// it: the turns of rolled-back runs are left out.
+func (s *Service) loadTranscript(ctx context.Context, key rein.SessionKey) ([]rein.Message, error) {
+	hist, err := s.st.LoadHistory(ctx, key)
+	if err != nil {
+		return nil, err
+	}
+	runs, err := s.st.ListRuns(ctx, key)
+	if err != nil {
+		return nil, err
+	}
+	var rolled map[string]bool
+	for _, r := range runs {
+		if r.RolledBack {
+			if rolled == nil {
+				rolled = map[string]bool{}
+			}
+			rolled[r.ID] = true
+		}
+	}
+	if rolled == nil {
+		return hist, nil
+	}
+	out := hist[:0:0]
+	for _, m := range hist {
+		if m.RunID == "" || !rolled[m.RunID] {
+			out = append(out, m)
+		}
+	}
+	return out, nil
+}
+
+// ---------------------------------------------------------- confirmer
+
+// confirmer waits for answers with the in-process gate, which ConfirmTool
+// opens the moment the durable answer is stored; an answer stored while
+// no one waited (before a restart) is read from the store.
+type confirmer struct{ s *Service }
+
+func (c *confirmer) Open(req agent.ConfirmRequest) (agent.Pending, error) {
 	p, err := c.s.gate.Open(req.Session, req.ToolUseID)
 	if err != nil {
-		return tool.Decision{}, err
+		return nil, err
 	}
-	defer p.Close()
-	if err := c.s.st.CreateConfirmation(ctx, &store.Confirmation{
-		Owner: req.Session.Owner, SessionID: req.Session.ID, RunID: req.RunID, ToolUseID: req.ToolUseID,
-		Name: req.Name, Input: req.Input, State: store.ConfirmationPending, CreatedAt: c.s.now(),
-	}); err != nil {
-		return tool.Decision{}, err
-	}
-	if err := c.lr.w.Emit(ctx, rein.NewEvent(rein.EventToolConfirmationRequested, req.RunID, rein.ToolConfirmationRequestedPayload{
-		RunID: req.RunID, ToolUseID: req.ToolUseID, Name: req.Name, Input: req.Input})); err != nil {
-		return tool.Decision{}, err
-	}
-	return p.Wait(ctx)
+	return &pendingConfirmation{s: c.s, key: req.Session, id: req.ToolUseID, p: p}, nil
 }
+
+type pendingConfirmation struct {
+	s   *Service
+	key rein.SessionKey
+	id  string
+	p   *tool.Pending
+}
+
+func (pc *pendingConfirmation) Wait(ctx context.Context) (tool.Decision, error) {
+	if c, err := pc.s.st.GetConfirmation(ctx, pc.key, pc.id); err == nil {
+		switch c.State {
+		case store.ConfirmationAllowed:
+			return tool.Decision{Allow: true}, nil
+		case store.ConfirmationDenied:
+			return tool.Decision{Allow: false, DenyMessage: c.DenyMessage}, nil
+		case store.ConfirmationClosed:
+			return tool.Decision{}, rein.Errorf(rein.CodeConflict, "the confirmation was closed")
+		}
+	} else if !errors.Is(err, rein.ErrNotFound) {
+		return tool.Decision{}, err
+	}
+	return pc.p.Wait(ctx)
+}
+
+func (pc *pendingConfirmation) Close() { pc.p.Close() }

@@ -43,6 +43,10 @@ type Config struct {
 	// LeaseTTL is the turn lease's time to live (default 15 s); a run's
 	// lease is renewed every TTL/3.
 	LeaseTTL time.Duration
+	// ResumeAttempts is how often a run whose instance was lost is resumed
+	// (SPEC §4) before it ends FAILED "instance lost". Negative means none;
+	// zero means the default, 2.
+	ResumeAttempts int
 	// InterruptGrace is how long when_busy=interrupt waits for the
 	// interrupted run before cancelling it (default 3 s).
 	InterruptGrace time.Duration
@@ -88,17 +92,17 @@ type Service struct {
 	ctx      context.Context // parent of every run; cancelled by Close
 	stop     context.CancelFunc
 
+	life *lifecycle
+
 	draining atomic.Bool
 	wg       sync.WaitGroup // background loops
 
 	mu    sync.Mutex
-	locks map[rein.SessionKey]*sessionLock
-	live  map[string]*liveRun // run id → live run state
-}
-
-type sessionLock struct {
-	mu   sync.Mutex
-	refs int
+	live  map[string]*liveRun                     // run id → run held here
+	local map[rein.SessionKey]map[string]*liveRun // the same, by session
+	pumps map[rein.SessionKey]*pump
+	// admits counts admissions in flight per session (see claimNext).
+	admits map[rein.SessionKey]int
 }
 
 // New returns a Service.
@@ -124,6 +128,12 @@ func New(cfg Config) (*Service, error) {
 	if cfg.Observer == nil {
 		cfg.Observer = nopObserver{}
 	}
+	switch {
+	case cfg.ResumeAttempts == 0:
+		cfg.ResumeAttempts = 2
+	case cfg.ResumeAttempts < 0:
+		cfg.ResumeAttempts = 0
+	}
 	ctx, stop := context.WithCancel(context.Background())
 	s := &Service{
 		cfg:      cfg,
@@ -135,9 +145,17 @@ func New(cfg Config) (*Service, error) {
 		log:      cfg.Logger,
 		ctx:      ctx,
 		stop:     stop,
-		locks:    map[rein.SessionKey]*sessionLock{},
 		live:     map[string]*liveRun{},
+		local:    map[rein.SessionKey]map[string]*liveRun{},
+		pumps:    map[rein.SessionKey]*pump{},
+		admits:   map[rein.SessionKey]int{},
 	}
+	excl := false
+	if e, ok := cfg.Store.(store.Exclusive); ok {
+		excl = e.Exclusive()
+	}
+	s.life = &lifecycle{st: cfg.Store, instance: cfg.Instance, ttl: cfg.LeaseTTL, resumeAttempts: cfg.ResumeAttempts,
+		exclusive: excl, observe: cfg.Observer.EventsAppended}
 	return s, nil
 }
 
@@ -150,27 +168,6 @@ func (nopObserver) StopLatency(string, time.Duration)    {}
 func (nopObserver) EventsAppended(time.Duration, int)    {}
 
 func (s *Service) now() time.Time { return s.cfg.Clock.Now() }
-
-// lock serialises admission decisions of one session within this process.
-func (s *Service) lock(key rein.SessionKey) func() {
-	s.mu.Lock()
-	l := s.locks[key]
-	if l == nil {
-		l = &sessionLock{}
-		s.locks[key] = l
-	}
-	l.refs++
-	s.mu.Unlock()
-	l.mu.Lock()
-	return func() {
-		l.mu.Unlock()
-		s.mu.Lock()
-		if l.refs--; l.refs == 0 {
-			delete(s.locks, key)
-		}
-		s.mu.Unlock()
-	}
-}
 
 func (s *Service) unavailableIfDraining() error {
 	if s.draining.Load() {

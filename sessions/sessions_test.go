@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"strings"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -14,6 +13,7 @@ import (
 	"github.com/reinhq/rein/internal/reintest"
 	"github.com/reinhq/rein/sessions"
 	"github.com/reinhq/rein/store"
+	"github.com/reinhq/rein/store/storetest"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
@@ -80,7 +80,7 @@ func (f *fixture) newSession() rein.SessionKey {
 
 func (f *fixture) send(text, whenBusy string) sessions.MessageResult {
 	f.t.Helper()
-	res, err := f.svc.SendMessage(context.Background(), f.key, sessions.MessageRequest{Text: text, WhenBusy: whenBusy})
+	res, err := f.svc.SendMessage(context.Background(), f.key, sessions.MessageRequest{Text: text, WhenBusy: rein.WhenBusy(whenBusy)})
 	if err != nil {
 		f.t.Fatalf("send %q: %v", text, err)
 	}
@@ -148,7 +148,7 @@ func (f *fixture) runEvents(runID string) []rein.EventType {
 
 func (f *fixture) stop(runID *string, mode string) sessions.InterruptResult {
 	f.t.Helper()
-	res, err := f.svc.Interrupt(context.Background(), f.key, sessions.InterruptRequest{RunID: runID, Mode: mode})
+	res, err := f.svc.Interrupt(context.Background(), f.key, sessions.InterruptRequest{RunID: runID, Mode: rein.StopMode(mode)})
 	if err != nil {
 		f.t.Fatal(err)
 	}
@@ -494,7 +494,7 @@ func testTimeoutCountsQueueTime(t *testing.T, open opener) {
 
 func testRestartResumesQueuedAndReapsOrphans(t *testing.T, open opener) {
 	st := open(t)
-	k := &killable{Store: st}
+	k := storetest.NewFaulty(st)
 	f := newFixture(t, k, func(c *sessions.Config) { c.Instance = "first" })
 	f.newSession()
 	a := f.send("block A", "")
@@ -504,7 +504,7 @@ func testRestartResumesQueuedAndReapsOrphans(t *testing.T, open opener) {
 	// The first instance "dies": from now on none of its writes reach the
 	// store, as if the process had been killed. Its run A stays RUNNING
 	// with an unrenewed lease; B and C stay QUEUED.
-	k.kill()
+	k.Kill()
 	f.svc.Close()
 	if rec, _ := st.GetRun(context.Background(), f.key, a.RunID); rec.Status != rein.StatusRunning {
 		t.Fatalf("A after crash: %s", rec.Status)
@@ -512,9 +512,12 @@ func testRestartResumesQueuedAndReapsOrphans(t *testing.T, open opener) {
 
 	g := newFixture(t, st, func(c *sessions.Config) { c.Instance = "second" })
 	g.key = f.key
+	// A is resumed from its last saved step: its tool call was executing
+	// when its instance died, so it is never run again and gets an
+	// in-doubt result; the model's next step answers.
 	pa := g.completed(a.RunID)
-	if pa.Status != rein.StatusFailed || pa.Reason != rein.ReasonError || pa.Error == "" {
-		t.Fatalf("orphan %+v", pa)
+	if pa.Status != rein.StatusCompleted || pa.Reason != rein.ReasonStop {
+		t.Fatalf("resumed A %+v", pa)
 	}
 	if p := g.completed(b.RunID); p.Reason != rein.ReasonStop {
 		t.Fatalf("B %+v", p)
@@ -522,8 +525,7 @@ func testRestartResumesQueuedAndReapsOrphans(t *testing.T, open opener) {
 	if p := g.completed(c.RunID); p.Reason != rein.ReasonStop {
 		t.Fatalf("C %+v", p)
 	}
-	// A ended before B started, B before C; A's cut-short tool call has
-	// its error result.
+	// A ended before B started, B before C; A started once.
 	var seq []string
 	for _, e := range g.all() {
 		switch e.Type {
@@ -537,12 +539,23 @@ func testRestartResumesQueuedAndReapsOrphans(t *testing.T, open opener) {
 	if strings.Join(seq, ",") != strings.Join(want, ",") {
 		t.Fatalf("got  %v\nwant %v", seq, want)
 	}
-	if types := g.runEvents(a.RunID); !contains(types, rein.EventToolResult) {
-		t.Fatalf("orphan's tool call unanswered: %v", types)
+	var results []rein.ToolResultPayload
+	for _, e := range g.all() {
+		if e.Type == rein.EventToolResult && e.RunID == a.RunID {
+			var p rein.ToolResultPayload
+			_ = e.DecodePayload(&p)
+			results = append(results, p)
+		}
 	}
-	// The transcript is valid and the session usable.
+	if len(results) != 1 || !results[0].InDoubt || !results[0].IsError || !strings.HasPrefix(results[0].Output, "in doubt:") {
+		t.Fatalf("A's cut tool call: %+v", results)
+	}
+	if uses := countType(g.runEvents(a.RunID), rein.EventToolUse); uses != 1 {
+		t.Fatalf("A's tool call was made %d times", uses)
+	}
+	// The transcript is valid as saved and the session usable.
 	h, _ := st.LoadHistory(context.Background(), f.key)
-	if err := rein.ValidateTranscript(rein.RepairTranscript(h)); err != nil {
+	if err := rein.ValidateTranscript(h); err != nil {
 		t.Fatal(err)
 	}
 	r := g.send("after", "")
@@ -551,23 +564,39 @@ func testRestartResumesQueuedAndReapsOrphans(t *testing.T, open opener) {
 	}
 }
 
+func countType(ts []rein.EventType, t rein.EventType) int {
+	n := 0
+	for _, x := range ts {
+		if x == t {
+			n++
+		}
+	}
+	return n
+}
+
 func testOrphanWithoutQueuedRunsIsReaped(t *testing.T, open opener) {
 	st := open(t)
-	k := &killable{Store: st}
+	k := storetest.NewFaulty(st)
 	f := newFixture(t, k)
 	f.newSession()
 	a := f.send("block A", "")
 	f.blocking(a.RunID)
-	k.kill()
+	k.Kill()
 	f.svc.Close()
-	g := newFixture(t, st)
+	// With no resumes allowed, a lost run ends FAILED "instance lost" and
+	// the session is usable again.
+	g := newFixture(t, st, func(c *sessions.Config) { c.ResumeAttempts = -1 })
 	g.key = f.key
-	if p := g.completed(a.RunID); p.Status != rein.StatusFailed {
+	if p := g.completed(a.RunID); p.Status != rein.StatusFailed || p.Reason != rein.ReasonError || p.Error != "instance lost" {
 		t.Fatalf("%+v", p)
 	}
 	info, err := g.svc.GetSession(context.Background(), g.key)
 	if err != nil || info.Busy {
 		t.Fatalf("%+v %v", info, err)
+	}
+	h, _ := st.LoadHistory(context.Background(), f.key)
+	if err := rein.ValidateTranscript(h); err != nil {
+		t.Fatal(err)
 	}
 }
 
@@ -628,64 +657,4 @@ func testOwnerIsolation(t *testing.T, open opener) {
 		t.Fatal("run disturbed")
 	}
 	f.stop(nil, "")
-}
-
-// killable is a store whose writes can be cut off, to model a process that
-// died: after kill, every write fails and nothing reaches the store.
-type killable struct {
-	store.Store
-	dead atomic.Bool
-}
-
-func (k *killable) kill() { k.dead.Store(true) }
-
-var errDead = rein.Errorf(rein.CodeUnavailable, "process is dead")
-
-func (k *killable) AppendEvents(ctx context.Context, key rein.SessionKey, f store.Fence, evs []rein.Event) ([]rein.Event, error) {
-	if k.dead.Load() {
-		return nil, errDead
-	}
-	return k.Store.AppendEvents(ctx, key, f, evs)
-}
-
-func (k *killable) AppendHistory(ctx context.Context, key rein.SessionKey, f store.Fence, msgs []rein.Message) error {
-	if k.dead.Load() {
-		return errDead
-	}
-	return k.Store.AppendHistory(ctx, key, f, msgs)
-}
-
-func (k *killable) UpdateRun(ctx context.Context, key rein.SessionKey, f store.Fence, id string, u store.RunUpdate) (*store.RunRecord, error) {
-	if k.dead.Load() {
-		return nil, errDead
-	}
-	return k.Store.UpdateRun(ctx, key, f, id, u)
-}
-
-func (k *killable) RenewLease(ctx context.Context, l *store.Lease, ttl time.Duration) (*store.Lease, error) {
-	if k.dead.Load() {
-		return nil, errDead
-	}
-	return k.Store.RenewLease(ctx, l, ttl)
-}
-
-func (k *killable) ReleaseLease(ctx context.Context, l *store.Lease) error {
-	if k.dead.Load() {
-		return errDead
-	}
-	return k.Store.ReleaseLease(ctx, l)
-}
-
-func (k *killable) AcquireLease(ctx context.Context, key rein.SessionKey, holder, runID string, ttl time.Duration) (*store.Lease, error) {
-	if k.dead.Load() {
-		return nil, errDead
-	}
-	return k.Store.AcquireLease(ctx, key, holder, runID, ttl)
-}
-
-func (k *killable) CloseConfirmations(ctx context.Context, key rein.SessionKey, runID string) error {
-	if k.dead.Load() {
-		return errDead
-	}
-	return k.Store.CloseConfirmations(ctx, key, runID)
 }

@@ -7,30 +7,16 @@ import (
 
 	"github.com/reinhq/rein"
 	"github.com/reinhq/rein/internal/id"
-	"github.com/reinhq/rein/run"
 	"github.com/reinhq/rein/store"
 	"github.com/reinhq/rein/tool"
-)
-
-// When a user.message finds the session's turn held (SPEC §3).
-const (
-	WhenBusyReject    = "reject"
-	WhenBusyEnqueue   = "enqueue"
-	WhenBusyInterrupt = "interrupt"
-)
-
-// Stop modes of user.interrupt.
-const (
-	ModeCancel    = "cancel"
-	ModeInterrupt = "interrupt"
 )
 
 // MessageRequest is a user.message.
 type MessageRequest struct {
 	// Text is the user's input (non-empty).
 	Text string
-	// WhenBusy is reject (default), enqueue or interrupt.
-	WhenBusy string
+	// WhenBusy is reject (default), enqueue, interrupt or rollback.
+	WhenBusy rein.WhenBusy
 	// ClientID makes the call idempotent per session.
 	ClientID string
 	// Timeout, when positive, is the run's deadline, queue time included.
@@ -46,178 +32,106 @@ type MessageResult struct {
 }
 
 // SendMessage starts a run for a user message, or queues it, or rejects it
-// with session_busy (SPEC §3 user.message).
+// with session_busy (SPEC §3 user.message). The busy decision, the run and
+// its events, and the run a when_busy interrupt or rollback stops, are one
+// write (lifecycle.admit): the run stopped is always one that held the turn
+// before this message, never the one it starts.
 func (s *Service) SendMessage(ctx context.Context, key rein.SessionKey, req MessageRequest) (MessageResult, error) {
 	if req.Text == "" {
 		return MessageResult{}, rein.InvalidArgument("text", "text must be a non-empty string")
 	}
-	switch req.WhenBusy {
-	case "":
-		req.WhenBusy = WhenBusyReject
-	case WhenBusyReject, WhenBusyEnqueue, WhenBusyInterrupt:
-	default:
-		return MessageResult{}, rein.InvalidArgument("when_busy", "when_busy must be reject, enqueue or interrupt")
+	if req.WhenBusy == "" {
+		req.WhenBusy = rein.WhenBusyReject
+	}
+	if !req.WhenBusy.Valid() {
+		return MessageResult{}, rein.InvalidArgument("when_busy", "when_busy must be reject, enqueue, interrupt or rollback")
 	}
 	if req.Timeout < 0 {
 		return MessageResult{}, rein.InvalidArgument("timeout_s", "timeout_s must be > 0")
 	}
-	unlock := s.lock(key)
-	defer unlock()
-	if _, err := s.st.GetSession(ctx, key); err != nil {
-		return MessageResult{}, err
-	}
-	if req.ClientID != "" {
-		if prev, err := s.st.GetRunByClientID(ctx, key, req.ClientID); err == nil {
-			return MessageResult{RunID: prev.ID, Status: s.statusOf(prev), Repeat: true}, nil
-		} else if !errors.Is(err, rein.ErrNotFound) {
+	if req.ClientID == "" {
+		if err := s.unavailableIfDraining(); err != nil {
 			return MessageResult{}, err
 		}
 	}
-	if err := s.unavailableIfDraining(); err != nil {
-		return MessageResult{}, err
-	}
-	holder, queued, err := s.turn(ctx, key)
+	done := s.admitting(key)
+	a, err := s.life.admit(ctx, key, req)
 	if err != nil {
-		return MessageResult{}, err
-	}
-	busy := holder != "" || queued > 0
-	if busy && req.WhenBusy == WhenBusyReject {
-		s.cfg.Observer.AdmissionConflict()
-		if holder == "" {
-			holder = s.firstQueued(key)
-		}
-		return MessageResult{}, &rein.Error{Code: rein.CodeSessionBusy, Message: "the session is busy with another run", RunID: holder}
-	}
-	now := s.now()
-	rec := &store.RunRecord{
-		Owner: key.Owner, SessionID: key.ID, ID: id.New(id.Run), Status: rein.StatusQueued,
-		Input: req.Text, ClientID: req.ClientID, QueueOrder: now.UnixNano(), CreatedAt: now,
-	}
-	front := busy && req.WhenBusy == WhenBusyInterrupt
-	if front {
-		rec.QueueOrder = -now.UnixNano()
-	}
-	if req.Timeout > 0 {
-		rec.Deadline = now.Add(req.Timeout)
-	}
-	if err := s.st.CreateRun(ctx, rec); err != nil {
-		if errors.Is(err, rein.ErrConflict) && req.ClientID != "" {
-			if prev, gerr := s.st.GetRunByClientID(ctx, key, req.ClientID); gerr == nil {
-				return MessageResult{RunID: prev.ID, Status: s.statusOf(prev), Repeat: true}, nil
-			}
+		done()
+		if errors.Is(err, rein.ErrSessionBusy) {
+			s.cfg.Observer.AdmissionConflict()
 		}
 		return MessageResult{}, err
 	}
-	evs := []rein.Event{rein.NewEvent(rein.EventUserMessage, rec.ID, rein.UserMessagePayload{Text: req.Text, RunID: rec.ID})}
-	if busy {
-		pos := queued + 1
-		if front {
-			pos = 1
-		}
-		evs = append(evs, rein.NewEvent(rein.EventRunQueued, rec.ID, rein.RunQueuedPayload{RunID: rec.ID, Position: pos}))
+	if a.repeat {
+		done()
+		return MessageResult{RunID: a.rec.ID, Status: s.statusOf(ctx, a.rec), Repeat: true}, nil
 	}
-	if _, err := s.appendEvents(ctx, key, store.Fence{}, evs); err != nil {
-		// The run record exists but nobody was told: end it so the session
-		// is not left busy.
-		s.abandon(rec, err)
-		return MessageResult{}, err
-	}
-	st, err := s.launch(rec, front)
+	_, err = s.track(a.rec)
+	done()
 	if err != nil {
-		return MessageResult{}, err
+		// The run is in the store: it is claimed like one left by a lost
+		// instance.
+		s.log.Error("hold admitted run", "session", key.String(), "run", a.rec.ID, "err", err)
+		s.kick(key)
+		return MessageResult{RunID: a.rec.ID, Status: a.rec.Status}, nil
 	}
-	if front {
-		s.interruptCurrent(key)
-		st = rein.StatusQueued
+	if a.lease != nil {
+		s.startClaimed(claim{rec: a.rec, lease: a.lease})
+	} else {
+		s.kick(key)
 	}
-	return MessageResult{RunID: rec.ID, Status: st}, nil
+	if a.target != "" {
+		s.stopForMessage(key, a.target, req.WhenBusy)
+	}
+	return MessageResult{RunID: a.rec.ID, Status: a.rec.Status}, nil
 }
 
-// turn returns the run holding the session's turn ("" if none) and how
-// many runs are queued, from this process's lanes and the store's lease.
-func (s *Service) turn(ctx context.Context, key rein.SessionKey) (holder string, queued int, err error) {
-	running, q, err := s.lane(ctx, key)
-	if err != nil {
-		return "", 0, err
-	}
-	if running != nil {
-		holder = running.ID()
-	}
-	queued = len(q)
-	if holder == "" {
-		l, err := s.st.GetLease(ctx, key)
-		switch {
-		case err == nil:
-			if l.ExpiresAt.After(s.now()) {
-				holder = l.RunID
-			}
-		case !errors.Is(err, rein.ErrNotFound):
-			return "", 0, err
-		}
-	}
-	return holder, queued, nil
-}
-
-// statusOf is a run's current status: the live handle's while this process
-// runs it (the record says QUEUED until the admitted run has taken its
-// lease and recorded RUNNING), else — and once its outcome is decided and
-// being recorded — the stored one.
-func (s *Service) statusOf(rec *store.RunRecord) rein.RunStatus {
-	s.mu.Lock()
-	lr := s.live[rec.ID]
-	s.mu.Unlock()
-	if lr != nil && !lr.h.Decided() {
-		return lr.h.Status()
-	}
-	return rec.Status
-}
-
-// lane returns the session's running run in this process (nil if none)
-// and its queued runs. A run whose outcome is decided (it is recording its
-// end, so its run_completed may already be visible, or it just turned
-// terminal and its lane has not moved on yet) is no longer the session's
-// current run: lane waits the moment until the lane moves on.
-func (s *Service) lane(ctx context.Context, key rein.SessionKey) (running *run.Run, queued []*run.Run, err error) {
-	running, queued = s.engine.Lane(key)
-	for running != nil && running.Decided() {
-		select {
-		case <-running.Done():
-		case <-ctx.Done():
-			return nil, nil, ctx.Err()
-		}
-		running, queued = s.engine.Lane(key)
-	}
-	return running, queued, nil
-}
-
-func (s *Service) firstQueued(key rein.SessionKey) string {
-	if _, q := s.engine.Lane(key); len(q) > 0 {
-		return q[0].ID()
-	}
-	return ""
-}
-
-// interruptCurrent interrupts the session's running run for
-// when_busy=interrupt and cancels it if it has not ended after the grace
-// period.
-func (s *Service) interruptCurrent(key rein.SessionKey) {
-	running, _ := s.engine.Lane(key)
-	if running == nil || !running.Interrupt("") {
+// stopForMessage stops the run a when_busy interrupt or rollback chose. The
+// stop is already recorded on the run in the store, so a run not executed
+// here is stopped by whoever runs or resumes it.
+func (s *Service) stopForMessage(key rein.SessionKey, target string, mode rein.WhenBusy) {
+	lr := s.liveRun(target)
+	if lr == nil {
+		s.kick(key)
 		return
 	}
-	s.noteStop(running.ID(), ModeInterrupt)
+	if mode == rein.WhenBusyRollback {
+		lr.noteStop(string(rein.StopCancel))
+		lr.h.Cancel()
+		return
+	}
+	if !lr.h.Interrupt("") {
+		return
+	}
+	lr.noteStop(string(rein.StopInterrupt))
 	s.wg.Add(1)
 	go func() {
 		defer s.wg.Done()
 		t := time.NewTimer(s.cfg.InterruptGrace)
 		defer t.Stop()
 		select {
-		case <-running.Done():
+		case <-lr.h.Done():
 		case <-t.C:
-			running.Cancel()
+			lr.h.Cancel()
 		case <-s.ctx.Done():
 		}
 	}()
+}
+
+// statusOf is a run's current status: QUEUED while this instance holds it
+// waiting for its turn, RUNNING while it executes here (the record may
+// already say more once its end is being written), else the stored one.
+func (s *Service) statusOf(ctx context.Context, rec *store.RunRecord) rein.RunStatus {
+	if lr := s.liveRun(rec.ID); lr != nil && !lr.h.Decided() {
+		if st := lr.h.Status(); st == rein.StatusRunning {
+			return st
+		}
+	}
+	if cur, err := s.st.GetRun(ctx, rec.Key(), rec.ID); err == nil {
+		return cur.Status
+	}
+	return rec.Status
 }
 
 // InterruptRequest is a user.interrupt.
@@ -225,7 +139,7 @@ type InterruptRequest struct {
 	// RunID names the run to stop; nil stops the session's current run.
 	RunID *string
 	// Mode is cancel (default) or interrupt.
-	Mode string
+	Mode rein.StopMode
 	// Message is recorded on the event; never treated as input.
 	Message *string
 }
@@ -239,13 +153,13 @@ type InterruptResult struct {
 
 // Interrupt stops one run exactly (by id) or the session's current run
 // (SPEC §3 user.interrupt). It never touches another run: a run id that is
-// terminal, unknown or of another session is answered accepted=false.
+// terminal, unknown or of another session is answered accepted=false. The
+// request is logged once, before the stopped run's end.
 func (s *Service) Interrupt(ctx context.Context, key rein.SessionKey, req InterruptRequest) (InterruptResult, error) {
-	switch req.Mode {
-	case "":
-		req.Mode = ModeCancel
-	case ModeCancel, ModeInterrupt:
-	default:
+	if req.Mode == "" {
+		req.Mode = rein.StopCancel
+	}
+	if !req.Mode.Valid() {
 		return InterruptResult{}, rein.InvalidArgument("mode", "mode must be cancel or interrupt")
 	}
 	if req.RunID != nil && *req.RunID == "" {
@@ -258,54 +172,62 @@ func (s *Service) Interrupt(ctx context.Context, key rein.SessionKey, req Interr
 	if req.RunID != nil {
 		target = *req.RunID
 	} else {
-		running, _, err := s.lane(ctx, key)
+		runs, err := s.st.ListRuns(ctx, key)
 		if err != nil {
 			return InterruptResult{}, err
 		}
-		if running != nil {
-			target = running.ID()
-		}
-	}
-	msg := ""
-	if req.Message != nil {
-		msg = *req.Message
-	}
-	event := func(accepted bool) rein.Event {
-		p := rein.UserInterruptPayload{Mode: req.Mode, Accepted: accepted, Message: req.Message}
-		if target != "" {
-			p.RunID = &target
-		}
-		return rein.NewEvent(rein.EventUserInterrupt, target, p)
-	}
-	// An accepted stop is logged before it takes effect, so the stopped
-	// run's session.run_completed comes after the user.interrupt that
-	// caused it. The append must not be cut short by the requester going
-	// away: the stop happens regardless.
-	var logErr error
-	announce := func() {
-		s.noteStop(target, req.Mode)
-		actx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
-		defer cancel()
-		_, logErr = s.appendEvents(actx, key, store.Fence{}, []rein.Event{event(true)})
-	}
-	accepted := false
-	if target != "" {
-		if h, ok := s.registry.Find(key, target); ok {
-			if req.Mode == ModeInterrupt {
-				accepted = h.InterruptAnnounced(msg, announce)
-			} else {
-				accepted = h.CancelAnnounced(announce)
+		for _, r := range runs {
+			if r.Status == rein.StatusRunning {
+				target = r.ID
+				break
 			}
 		}
 	}
-	if accepted {
-		if logErr != nil {
-			return InterruptResult{}, logErr
+	if target == "" {
+		if err := s.life.update(ctx, key, store.Fence{}, func(tx store.Tx) error {
+			_, err := tx.AppendEvents(interruptEvent("", req.Mode, req.Message, false))
+			return err
+		}); err != nil {
+			return InterruptResult{}, err
 		}
-	} else if _, err := s.appendEvents(ctx, key, store.Fence{}, []rein.Event{event(false)}); err != nil {
+		return InterruptResult{}, nil
+	}
+	if lr := s.liveRun(target); lr != nil && lr.key() == key {
+		// Held here: the handle decides, and the request is logged under
+		// its lock, before the run can record its end. The log write must
+		// not be cut short by the requester going away.
+		var logErr error
+		announce := func() {
+			lr.noteStop(string(req.Mode))
+			actx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
+			defer cancel()
+			logErr = s.life.logStop(actx, key, target, req.Mode, req.Message)
+		}
+		msg := ""
+		if req.Message != nil {
+			msg = *req.Message
+		}
+		var accepted bool
+		if req.Mode == rein.StopInterrupt {
+			accepted = lr.h.InterruptAnnounced(msg, announce)
+		} else {
+			accepted = lr.h.CancelAnnounced(announce)
+		}
+		if accepted {
+			if logErr != nil {
+				return InterruptResult{}, logErr
+			}
+			return InterruptResult{Accepted: true, RunID: target}, nil
+		}
+	}
+	o, err := s.life.stopRemote(ctx, key, target, req.Mode, req.Message)
+	if err != nil {
 		return InterruptResult{}, err
 	}
-	return InterruptResult{Accepted: accepted, RunID: target}, nil
+	if o.accepted {
+		s.kick(key)
+	}
+	return InterruptResult{Accepted: o.accepted, RunID: target}, nil
 }
 
 // SupplementRequest is a user.supplement.
@@ -324,8 +246,9 @@ type SupplementResult struct {
 	Created bool
 }
 
-// Supplement pushes a note into the session's inbox (SPEC §5). It is
-// durable when this returns.
+// Supplement pushes a note into the session's inbox (SPEC §5). The
+// supplement and its user.supplement event are one write, durable when this
+// returns; a repeat with the same id writes nothing.
 func (s *Service) Supplement(ctx context.Context, key rein.SessionKey, req SupplementRequest) (SupplementResult, error) {
 	if req.Text == "" {
 		return SupplementResult{}, rein.InvalidArgument("text", "text must be a non-empty string")
@@ -333,37 +256,32 @@ func (s *Service) Supplement(ctx context.Context, key rein.SessionKey, req Suppl
 	if req.Source == "" {
 		req.Source = "user"
 	}
-	unlock := s.lock(key)
-	defer unlock()
-	if _, err := s.st.GetSession(ctx, key); err != nil {
-		return SupplementResult{}, err
-	}
-	if req.ID != "" {
-		if prev, err := s.st.GetSupplement(ctx, key, req.ID); err == nil {
-			return SupplementResult{ID: prev.ID, Status: prev.Status}, nil
-		} else if !errors.Is(err, rein.ErrNotFound) {
-			return SupplementResult{}, err
-		}
-	} else {
+	if req.ID == "" {
 		req.ID = id.New(id.Supplement)
 	}
-	if err := s.unavailableIfDraining(); err != nil {
-		return SupplementResult{}, err
-	}
-	// The event goes first so that the log shows the note before any
-	// agent.supplement_consumed for it.
-	ev := rein.NewEvent(rein.EventUserSupplement, "", rein.SupplementPayload{SupplementID: req.ID, Text: req.Text, Source: req.Source})
-	if _, err := s.appendEvents(ctx, key, store.Fence{}, []rein.Event{ev}); err != nil {
-		return SupplementResult{}, err
-	}
-	sup, created, err := s.st.PushSupplement(ctx, &store.Supplement{
-		Owner: key.Owner, SessionID: key.ID, ID: req.ID, Text: req.Text, Source: req.Source,
-		Status: store.SupplementQueued, CreatedAt: s.now(),
+	var res SupplementResult
+	err := s.life.update(ctx, key, store.Fence{}, func(tx store.Tx) error {
+		sup, created, err := tx.PushSupplement(&store.Supplement{
+			Owner: key.Owner, SessionID: key.ID, ID: req.ID, Text: req.Text, Source: req.Source,
+			Status: store.SupplementQueued, CreatedAt: tx.Now(),
+		})
+		if err != nil {
+			return err
+		}
+		res = SupplementResult{ID: sup.ID, Status: sup.Status, Created: created}
+		if !created {
+			return errNothing
+		}
+		if err := s.unavailableIfDraining(); err != nil {
+			return err
+		}
+		_, err = tx.AppendEvents(rein.NewEvent(rein.EventUserSupplement, "", rein.SupplementPayload{SupplementID: req.ID, Text: req.Text, Source: req.Source}))
+		return err
 	})
-	if err != nil {
+	if err != nil && !errors.Is(err, errNothing) {
 		return SupplementResult{}, err
 	}
-	return SupplementResult{ID: sup.ID, Status: sup.Status, Created: created}, nil
+	return res, nil
 }
 
 // ConfirmRequest is a user.tool_confirmation.
@@ -374,29 +292,30 @@ type ConfirmRequest struct {
 }
 
 // ConfirmTool answers a pending tool confirmation (SPEC §6): not_found for
-// an unknown id, conflict when it is no longer pending.
+// an unknown id, conflict when it is no longer pending. The answer and its
+// user.tool_confirmation event are one write; then the waiting run is woken.
 func (s *Service) ConfirmTool(ctx context.Context, key rein.SessionKey, req ConfirmRequest) (*store.Confirmation, error) {
 	if req.ToolUseID == "" {
 		return nil, rein.InvalidArgument("tool_use_id", "tool_use_id must be a non-empty string")
-	}
-	if _, err := s.st.GetSession(ctx, key); err != nil {
-		return nil, err
 	}
 	deny := ""
 	if req.DenyMessage != nil {
 		deny = *req.DenyMessage
 	}
-	c, err := s.st.ResolveConfirmation(ctx, key, req.ToolUseID, req.Allow, deny)
+	var c *store.Confirmation
+	err := s.life.update(ctx, key, store.Fence{}, func(tx store.Tx) error {
+		var err error
+		if c, err = tx.ResolveConfirmation(req.ToolUseID, req.Allow, deny); err != nil {
+			return err
+		}
+		_, err = tx.AppendEvents(rein.NewEvent(rein.EventUserToolConfirmation, c.RunID, rein.UserToolConfirmationPayload{
+			ToolUseID: req.ToolUseID, Allow: req.Allow, DenyMessage: req.DenyMessage}))
+		return err
+	})
 	if err != nil {
 		return nil, err
 	}
-	ev := rein.NewEvent(rein.EventUserToolConfirmation, c.RunID, rein.UserToolConfirmationPayload{ToolUseID: req.ToolUseID, Allow: req.Allow, DenyMessage: req.DenyMessage})
-	_, aerr := s.appendEvents(ctx, key, store.Fence{}, []rein.Event{ev})
-	// The decision is stored: wake the run even if the event failed.
 	s.gate.Deliver(key, req.ToolUseID, tool.Decision{Allow: req.Allow, DenyMessage: deny})
-	if aerr != nil {
-		return nil, aerr
-	}
 	return c, nil
 }
 

@@ -123,3 +123,14 @@ func (w *writer) Flush(ctx context.Context) error {
 		}
 	}
 }
+
+// fail makes every later Emit and Flush return err: the run may write
+// nothing more (its lease was lost).
+func (w *writer) fail(err error) {
+	w.mu.Lock()
+	if w.err == nil {
+		w.err = err
+	}
+	w.queue = nil
+	w.mu.Unlock()
+}

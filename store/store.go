@@ -33,6 +33,7 @@ type Store interface {
 	Confirmations
 	Leases
 	Flusher
+	Updater
 
 	// Ping reports whether the backend is reachable (used by /readyz).
 	Ping(ctx context.Context) error
@@ -164,12 +165,24 @@ type RunRecord struct {
 	QueueOrder int64
 	// Deadline covers queue time plus execution; zero means none.
 	Deadline time.Time
-	// Instance is the instance that runs (or ran) the run.
-	Instance  string
-	Usage     rein.Usage
-	CreatedAt time.Time
-	StartedAt time.Time // zero until RUNNING
-	EndedAt   time.Time // zero until terminal
+	// Instance is the instance that accepted, claimed or resumed the run
+	// (the last of these). Never shown to clients.
+	Instance string
+	// Resumes counts how often the run was resumed after its instance was
+	// lost (SPEC §4); a run is resumed at most the configured number of
+	// times.
+	Resumes int
+	// Stop is a stop requested for the run and not yet applied by the
+	// instance running it: "", "cancel", "interrupt" or "rollback". It is
+	// durable so that whoever runs or resumes the run applies it.
+	Stop string
+	// RolledBack marks a run stopped by when_busy=rollback: its turn is left
+	// out of every later model request.
+	RolledBack bool
+	Usage      rein.Usage
+	CreatedAt  time.Time
+	StartedAt  time.Time // zero until RUNNING
+	EndedAt    time.Time // zero until terminal
 }
 
 // Key returns the run's session key.
@@ -184,9 +197,53 @@ type RunUpdate struct {
 	Error      string
 	QueueOrder *int64
 	Instance   string
+	Resumes    *int
+	Stop       string
+	RolledBack bool
 	Usage      *rein.Usage
 	StartedAt  time.Time
 	EndedAt    time.Time
+}
+
+// Apply applies u to r, as every backend's UpdateRun does. norm rounds
+// times to the backend's precision (nil: unchanged).
+func (u RunUpdate) Apply(r *RunRecord, norm func(time.Time) time.Time) {
+	if norm == nil {
+		norm = func(t time.Time) time.Time { return t }
+	}
+	if u.Status != "" {
+		r.Status = u.Status
+	}
+	if u.Reason != "" {
+		r.Reason = u.Reason
+	}
+	if u.Error != "" {
+		r.Error = u.Error
+	}
+	if u.QueueOrder != nil {
+		r.QueueOrder = *u.QueueOrder
+	}
+	if u.Instance != "" {
+		r.Instance = u.Instance
+	}
+	if u.Resumes != nil {
+		r.Resumes = *u.Resumes
+	}
+	if u.Stop != "" {
+		r.Stop = u.Stop
+	}
+	if u.RolledBack {
+		r.RolledBack = true
+	}
+	if u.Usage != nil {
+		r.Usage = *u.Usage
+	}
+	if !u.StartedAt.IsZero() {
+		r.StartedAt = norm(u.StartedAt)
+	}
+	if !u.EndedAt.IsZero() {
+		r.EndedAt = norm(u.EndedAt)
+	}
 }
 
 // Runs stores run records.
@@ -337,14 +394,18 @@ func (l *Lease) Fence() Fence { return Fence{Token: l.Token} }
 // Leases stores turn leases.
 type Leases interface {
 	// AcquireLease gives the session's turn to runID on holder for ttl and
-	// returns the new lease with a fresh, larger token. If an unexpired
-	// lease is held by another run it MUST fail with an error matching
-	// rein.ErrSessionBusy whose *rein.Error carries that run's id in RunID
-	// (and never the holder). An expired lease is taken over.
+	// returns the new lease with a fresh, larger token. If the session has
+	// an unexpired lease — whoever holds it, the same run id included — it
+	// MUST fail with an error matching rein.ErrSessionBusy whose
+	// *rein.Error carries that lease's run id in RunID (and never the
+	// holder). Expiry is judged by the store's clock (PostgreSQL: now() of
+	// the database), never the caller's. An expired lease is taken over.
 	AcquireLease(ctx context.Context, key rein.SessionKey, holder, runID string, ttl time.Duration) (*Lease, error)
-	// RenewLease extends a lease still current (same token) to now+ttl and
-	// returns it; rein.ErrLeaseLost if the token is no longer current or
-	// the lease expired and was taken.
+	// RenewLease extends a lease still current (same token) and not yet
+	// expired by the store's clock to now+ttl and returns it;
+	// rein.ErrLeaseLost if the token is no longer current or the lease has
+	// expired (a holder that let its lease lapse has lost it, even if no
+	// one took it over yet).
 	RenewLease(ctx context.Context, l *Lease, ttl time.Duration) (*Lease, error)
 	// ReleaseLease drops the lease if its token is still current; otherwise
 	// it does nothing and returns nil.
@@ -354,6 +415,110 @@ type Leases interface {
 	GetLease(ctx context.Context, key rein.SessionKey) (*Lease, error)
 	// ListExpiredLeases returns leases that expired before now.
 	ListExpiredLeases(ctx context.Context, now time.Time) ([]*Lease, error)
+}
+
+// Exclusive is an optional capability (found by type assertion): a backend
+// that no other process can share — the memory store, or SQLite, whose file
+// lock admits one process — reports true, so the sessions service knows
+// that a run it does not hold was left by a process that is gone and can
+// be taken up at once.
+type Exclusive interface {
+	Exclusive() bool
+}
+
+// ----------------------------------------------------------------- updates
+
+// Updater applies one lifecycle transition of a session atomically
+// (DESIGN.md rule 5: one logical transition is one atomic, fenced write).
+type Updater interface {
+	// Update runs fn inside one transaction on the session key and commits
+	// what fn wrote through tx, all or nothing: if fn returns an error, or
+	// the commit fails, nothing fn wrote is stored and Update returns that
+	// error. It returns only once the transaction is durable.
+	//
+	// A non-zero fence MUST match the session's current lease token
+	// (expired or not, as long as no one took it over), else Update fails
+	// with rein.ErrLeaseLost before fn runs; the check holds until commit,
+	// so no takeover can commit in between. rein.ErrNotFound if the session
+	// does not exist.
+	//
+	// Update serialises with every other write to the same session (event
+	// appends, other Updates, lease operations) across goroutines and, for
+	// a shared database, processes: what fn reads through tx cannot change
+	// before the commit. fn is called at most once (not at all if ctx ends
+	// first) and never after Update has returned, so it may write its
+	// caller's variables; it MUST NOT retain tx, and MUST be quick (no I/O
+	// of its own): on SQLite it runs inside the single writer.
+	Update(ctx context.Context, key rein.SessionKey, fence Fence, fn func(tx Tx) error) error
+}
+
+// Tx is the view of one session that an Update's function reads and
+// writes. Every method acts on the Update's session only; every write is
+// part of the Update's transaction. Methods fail as their Store
+// counterparts do (rein.ErrNotFound, rein.ErrConflict, ...).
+type Tx interface {
+	// Now is the store's clock at this transaction: the time against which
+	// leases expire (PostgreSQL: the database's now()).
+	Now() time.Time
+	// Lease returns the session's current lease, expired or not, or nil
+	// when the session has none.
+	Lease() (*Lease, error)
+	// AcquireLease is Leases.AcquireLease inside the transaction. Writes
+	// after it in the same transaction are fenced by the new token.
+	AcquireLease(holder, runID string, ttl time.Duration) (*Lease, error)
+	// ReleaseLease drops the session's lease if its token is token;
+	// otherwise it does nothing and returns nil.
+	ReleaseLease(token int64) error
+
+	// Runs returns the session's runs in any of the statuses (all runs
+	// when none is given), ordered by QueueOrder, then CreatedAt, then ID,
+	// ascending. Never nil.
+	Runs(statuses ...rein.RunStatus) ([]*RunRecord, error)
+	// GetRun returns a run of the session or rein.ErrNotFound.
+	GetRun(runID string) (*RunRecord, error)
+	// GetRunByClientID returns the session's run with that client id or
+	// rein.ErrNotFound.
+	GetRunByClientID(clientID string) (*RunRecord, error)
+	// CreateRun is Runs.CreateRun inside the transaction (r.Owner and
+	// r.SessionID must name the Update's session).
+	CreateRun(r *RunRecord) error
+	// UpdateRun is Runs.UpdateRun inside the transaction (the fence is the
+	// Update's).
+	UpdateRun(runID string, u RunUpdate) (*RunRecord, error)
+
+	// History returns the session's whole transcript, in order (as
+	// History.LoadHistory). Never nil.
+	History() ([]rein.Message, error)
+	// AppendHistory appends msgs to the transcript, in order.
+	AppendHistory(msgs ...rein.Message) error
+	// AppendEvents appends evs to the log with consecutive seqs and returns
+	// them as stored (as EventLog.AppendEvents). Readers see them only once
+	// the transaction commits, and WaitEvents callers are woken then.
+	AppendEvents(evs ...rein.Event) ([]rein.Event, error)
+
+	// PushSupplement is Inbox.PushSupplement inside the transaction.
+	PushSupplement(s *Supplement) (*Supplement, bool, error)
+	// QueuedSupplements returns the session's queued supplements in push
+	// order. Never nil.
+	QueuedSupplements() ([]*Supplement, error)
+	// ConsumeSupplements marks each of ids consumed by (runID, step). Every
+	// id MUST name a queued supplement of the session, else it fails with
+	// rein.ErrConflict (rein.ErrNotFound for an unknown id) and, like any
+	// failure, the Update writes nothing.
+	ConsumeSupplements(ids []string, runID string, step int) error
+
+	// CreateConfirmation stores c as pending (as
+	// Confirmations.CreateConfirmation).
+	CreateConfirmation(c *Confirmation) error
+	// ResolveConfirmation is Confirmations.ResolveConfirmation inside the
+	// transaction.
+	ResolveConfirmation(toolUseID string, allow bool, denyMessage string) (*Confirmation, error)
+	// CloseConfirmations moves every pending confirmation of the run to
+	// closed.
+	CloseConfirmations(runID string) error
+	// Confirmations returns the session's confirmations in a state ("" =
+	// all), oldest first. Never nil.
+	Confirmations(state ConfirmationState) ([]*Confirmation, error)
 }
 
 // ------------------------------------------------------------------- flush

@@ -23,6 +23,8 @@ func cmdChat(ctx context.Context, args []string, io stdio) int {
 
 const chatHelp = `Type a message and press Enter to send it; replies stream as they arrive.
 A message sent while a run is working waits in the queue.
+  /replace TEXT            send TEXT instead of the current run: that run is
+                           cancelled and left out of the conversation (rollback)
   /supplement TEXT         add a note the running agent reads at its next step
   /approve [TOOL_USE_ID]   allow a tool call waiting for confirmation
   /deny [TOOL_USE_ID] [MESSAGE]  deny it (the agent is told MESSAGE)
@@ -185,7 +187,7 @@ func (ch *chat) command(line string) bool {
 		return false
 	}
 	if !strings.HasPrefix(line, "/") || strings.HasPrefix(line, "//") {
-		ch.send(strings.TrimPrefix(line, "/"))
+		ch.send(strings.TrimPrefix(line, "/"), rein.WhenBusyEnqueue)
 		return false
 	}
 	name, rest, _ := strings.Cut(line, " ")
@@ -204,6 +206,12 @@ func (ch *chat) command(line string) bool {
 		} else {
 			ch.stop(ch.running)
 		}
+	case "/replace":
+		if rest == "" {
+			ch.status("[usage: /replace TEXT]")
+			return false
+		}
+		ch.send(rest, rein.WhenBusyRollback)
 	case "/supplement":
 		if rest == "" {
 			ch.status("[usage: /supplement TEXT]")
@@ -228,9 +236,10 @@ func (ch *chat) command(line string) bool {
 	return false
 }
 
-// send posts a user message; a busy session queues it.
-func (ch *chat) send(text string) {
-	res, err := ch.c.SendMessage(ch.ctx, ch.sid, client.Message{Text: text, WhenBusy: client.WhenBusyEnqueue})
+// send posts a user message; a busy session queues it (enqueue) or rolls
+// its current run back (rollback: /replace).
+func (ch *chat) send(text string, whenBusy rein.WhenBusy) {
+	res, err := ch.c.SendMessage(ch.ctx, ch.sid, client.Message{Text: text, WhenBusy: whenBusy})
 	if err != nil {
 		ch.fail(err)
 		return
@@ -251,9 +260,9 @@ func (ch *chat) send(text string) {
 // in the meantime is never hit by a stop meant for its predecessor.
 func (ch *chat) stop(runID string) {
 	ch.stops[runID]++
-	mode := client.ModeInterrupt
+	mode := rein.StopInterrupt
 	if ch.stops[runID] > 1 {
-		mode = client.ModeCancel
+		mode = rein.StopCancel
 	}
 	res, err := ch.c.StopRun(ch.ctx, ch.sid, runID, mode)
 	switch {
@@ -261,7 +270,7 @@ func (ch *chat) stop(runID string) {
 		ch.fail(err)
 	case !res.Accepted:
 		ch.status("[run " + runID + " had already ended]")
-	case mode == client.ModeInterrupt:
+	case mode == rein.StopInterrupt:
 		ch.status("[interrupting run " + runID + "; Ctrl-C again cancels it]")
 	default:
 		ch.status("[cancelling run " + runID + "]")
@@ -395,10 +404,19 @@ func (ch *chat) event(e rein.Event) {
 		var p rein.ToolResultPayload
 		if show && e.DecodePayload(&p) == nil {
 			kind := "result"
-			if p.IsError {
+			switch {
+			case p.InDoubt:
+				kind = "error, in doubt (not run again)"
+			case p.IsError:
 				kind = "error"
 			}
 			ch.status("[tool " + kind + ": " + oneLine(p.Output, 200) + "]")
+		}
+	case rein.EventStepRestarted:
+		var p rein.StepRestartedPayload
+		if show && e.DecodePayload(&p) == nil {
+			ch.reply.restart(p.Step)
+			ch.status(stepRestartedLine(p))
 		}
 	case rein.EventToolConfirmationRequested:
 		var p rein.ToolConfirmationRequestedPayload
@@ -465,6 +483,9 @@ func (ch *chat) event(e rein.Event) {
 			line := fmt.Sprintf("[run %s %s: %s", e.RunID, strings.ToLower(string(p.Status)), p.Reason)
 			if p.Error != "" {
 				line += ": " + oneLine(p.Error, 200)
+			}
+			if p.RolledBack {
+				line += ", rolled back"
 			}
 			ch.status(line + ch.queueNote() + "]")
 		}

@@ -142,7 +142,7 @@ func TestChatShowsOtherClients(t *testing.T) {
 	}
 	cmd.out.waitFor(t, "> long from elsewhere\n")
 	cmd.out.waitFor(t, "[tool sleep")
-	if _, err := c.StopRun(ctxT(t), sid, r.RunID, client.ModeCancel); err != nil {
+	if _, err := c.StopRun(ctxT(t), sid, r.RunID, rein.StopCancel); err != nil {
 		t.Fatal(err)
 	}
 	cmd.out.waitFor(t, "[run "+r.RunID+" stopped by another client (cancel)]")
@@ -189,6 +189,57 @@ func TestChatResumesASession(t *testing.T) {
 	cmd.in.Close()
 	if code := cmd.exit(); code != 0 {
 		t.Fatalf("exit %d", code)
+	}
+}
+
+// TestChatReplace: /replace TEXT rolls the current run back and runs TEXT
+// next; the rolled-back run's end says so.
+func TestChatReplace(t *testing.T) {
+	s := newTestServer(t, nil)
+	cmd := start(t, runChat, nil, "--server", s.url)
+	cmd.err.waitFor(t, "/help for commands")
+
+	cmd.line("/replace")
+	cmd.out.waitFor(t, "[usage: /replace TEXT]")
+	cmd.line("long task")
+	cmd.out.waitFor(t, "[tool sleep")
+	cmd.line("/replace do this instead")
+	cmd.out.waitFor(t, " cancelled: cancelled, rolled back")
+	cmd.out.waitFor(t, "echo: do this instead\n")
+	cmd.out.waitFor(t, "completed: stop]")
+	cmd.in.Close()
+	if code := cmd.exit(); code != 0 {
+		t.Fatalf("exit %d; stderr:\n%s", code, cmd.err)
+	}
+}
+
+// TestChatShowsResumes: a step restarted after instance loss is marked and
+// its earlier deltas no longer count; an in-doubt tool result is marked.
+func TestChatShowsResumes(t *testing.T) {
+	out := newSyncBuffer()
+	ch := &chat{io: stdio{out: out}, reply: &replyPrinter{w: out}, mine: map[string]bool{}, open: map[string]bool{}, stops: map[string]int{}}
+	seq := int64(0)
+	emit := func(typ rein.EventType, p any) {
+		seq++
+		e := rein.NewEvent(typ, "run_1", p)
+		e.Seq = seq
+		ch.event(e)
+	}
+	emit(rein.EventRunStarted, rein.RunStartedPayload{RunID: "run_1"})
+	emit(rein.EventToolResult, rein.ToolResultPayload{RunID: "run_1", ToolUseID: "call_1", Output: rein.InDoubtToolOutput, IsError: true, InDoubt: true})
+	emit(rein.EventMessageDelta, rein.MessageDeltaPayload{RunID: "run_1", Step: 2, Text: "half a tho"})
+	emit(rein.EventStepRestarted, rein.StepRestartedPayload{RunID: "run_1", Step: 2, Attempt: 2})
+	emit(rein.EventMessageDelta, rein.MessageDeltaPayload{RunID: "run_1", Step: 2, Text: "whole answer"})
+	emit(rein.EventMessage, rein.MessagePayload{RunID: "run_1", Text: "whole answer", Reason: rein.ReasonStop})
+	emit(rein.EventRunCompleted, rein.RunCompletedPayload{RunID: "run_1", Status: rein.StatusCompleted, Reason: rein.ReasonStop})
+	want := "[run run_1 running]\n" +
+		"[tool error, in doubt (not run again): in doubt: the call was executing when its instance was lost; it may or may not have taken effect, and it was not run again]\n" +
+		"half a tho\n" +
+		"[… step 2 restarted after instance loss (attempt 2)]\n" +
+		"whole answer\n" +
+		"[run run_1 completed: stop]\n"
+	if got := out.String(); got != want {
+		t.Fatalf("output:\n%s\nwant:\n%s", got, want)
 	}
 }
 

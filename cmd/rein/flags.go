@@ -25,7 +25,7 @@ func parseFlags(fs *flag.FlagSet, args []string, lookupEnv func(string) (string,
 			return
 		}
 		if e := fs.Set(f.Name, v); e != nil {
-			err = fmt.Errorf("%s=%q: %v", name, v, e)
+			err = fmt.Errorf("%s=%q (--%s): %v", name, v, f.Name, e)
 		}
 	})
 	return err

@@ -78,7 +78,7 @@ func describeError(err error, server, session string) string {
 			return "session " + session + " not found"
 		}
 	case rein.CodeSessionBusy:
-		return fmt.Sprintf("the session is busy with run %s (use --when-busy enqueue or interrupt)", ce.RunID)
+		return fmt.Sprintf("the session is busy with run %s (use --when-busy enqueue, interrupt or rollback)", ce.RunID)
 	}
 	msg := string(ce.Code)
 	if ce.Message != "" {
@@ -142,7 +142,7 @@ func formatEvent(e rein.Event) string {
 	case rein.EventUserToolConfirmation:
 		keys = []string{"tool_use_id", "allow", "deny_message"}
 	case rein.EventToolResult:
-		keys = []string{"tool_use_id", "is_error", "output"}
+		keys = []string{"tool_use_id", "is_error", "in_doubt", "output"}
 	case rein.EventUserSupplement:
 		keys = []string{"supplement_id", "source", "text"}
 	case rein.EventSupplementConsumed:
@@ -155,7 +155,9 @@ func formatEvent(e rein.Event) string {
 			keys = append([]string{"run_id"}, keys...)
 		}
 	case rein.EventRunCompleted:
-		keys = []string{"status", "reason", "error"}
+		keys = []string{"status", "reason", "error", "rolled_back"}
+	case rein.EventStepRestarted:
+		keys = []string{"step", "attempt"}
 	case rein.EventSubagentStarted:
 		keys = []string{"child_id", "task_id"}
 	case rein.EventSubagentCompleted:

@@ -225,6 +225,10 @@ func TestFormatEvent(t *testing.T) {
 		{mk(rein.EventUserInterrupt, "", rein.UserInterruptPayload{Mode: "cancel"}), `#7 03:04:05.006 user.interrupt run_id=null mode="cancel" accepted=false`},
 		{mk(rein.EventUserInterrupt, "run_1", rein.UserInterruptPayload{RunID: &runID, Mode: "interrupt", Accepted: true}), `#7 03:04:05.006 user.interrupt run_1 mode="interrupt" accepted=true`},
 		{mk(rein.EventRunCompleted, "run_1", rein.RunCompletedPayload{RunID: "run_1", Status: rein.StatusFailed, Reason: rein.ReasonError, Error: "boom"}), `#7 03:04:05.006 session.run_completed run_1 status="FAILED" reason="error" error="boom"`},
+		{mk(rein.EventRunCompleted, "run_1", rein.RunCompletedPayload{RunID: "run_1", Status: rein.StatusCancelled, Reason: rein.ReasonCancelled, RolledBack: true}), `#7 03:04:05.006 session.run_completed run_1 status="CANCELLED" reason="cancelled" rolled_back=true`},
+		{mk(rein.EventToolResult, "run_1", rein.ToolResultPayload{RunID: "run_1", ToolUseID: "call_1", Output: "in doubt: x", IsError: true, InDoubt: true}), `#7 03:04:05.006 agent.tool_result run_1 tool_use_id="call_1" is_error=true in_doubt=true output="in doubt: x"`},
+		{mk(rein.EventToolResult, "run_1", rein.ToolResultPayload{RunID: "run_1", ToolUseID: "call_1", Output: "ok"}), `#7 03:04:05.006 agent.tool_result run_1 tool_use_id="call_1" is_error=false output="ok"`},
+		{mk(rein.EventStepRestarted, "run_1", rein.StepRestartedPayload{RunID: "run_1", Step: 3, Attempt: 2}), `#7 03:04:05.006 agent.step_restarted run_1 step=3 attempt=2`},
 		{mk("future.event", "", map[string]any{"b": 1, "a": "x"}), `#7 03:04:05.006 future.event a="x" b=1`},
 	}
 	for _, tc := range tests {
@@ -246,6 +250,9 @@ func TestReplyPrinter(t *testing.T) {
 		{"deltas of an earlier step", func(r *replyPrinter) { r.delta(1, "thinking"); r.delta(2, "done"); r.final("done") }, "thinking\ndone\n"},
 		{"a reply unlike its deltas", func(r *replyPrinter) { r.delta(1, "abc"); r.final("xyz") }, "abc\nxyz\n"},
 		{"text ending in a newline", func(r *replyPrinter) { r.delta(1, "line\n"); r.final("line\n") }, "line\n"},
+		{"a restarted step", func(r *replyPrinter) { r.delta(2, "hal"); r.restart(2); r.delta(2, "hello"); r.final("hello") }, "hal\nhello\n"},
+		{"a restarted step with no new deltas", func(r *replyPrinter) { r.delta(2, "hal"); r.restart(2); r.final("hello") }, "hal\nhello\n"},
+		{"a restart of another step", func(r *replyPrinter) { r.delta(1, "hel"); r.restart(2); r.delta(1, "lo"); r.final("hello") }, "hello\n"},
 	}
 	for _, tc := range tests {
 		var b strings.Builder

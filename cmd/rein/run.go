@@ -194,8 +194,8 @@ func runOnce(ctx context.Context, svc *sessions.Service, key rein.SessionKey, te
 
 // stopModes turns signals into stop modes: the first interrupts, every
 // later one cancels. The channel closes when sigs closes or ctx ends.
-func stopModes(ctx context.Context, sigs <-chan os.Signal) <-chan string {
-	out := make(chan string)
+func stopModes(ctx context.Context, sigs <-chan os.Signal) <-chan rein.StopMode {
+	out := make(chan rein.StopMode)
 	go func() {
 		defer close(out)
 		for n := 1; ; n++ {
@@ -207,9 +207,9 @@ func stopModes(ctx context.Context, sigs <-chan os.Signal) <-chan string {
 			case <-ctx.Done():
 				return
 			}
-			mode := sessions.ModeInterrupt
+			mode := rein.StopInterrupt
 			if n > 1 {
-				mode = sessions.ModeCancel
+				mode = rein.StopCancel
 			}
 			select {
 			case out <- mode:

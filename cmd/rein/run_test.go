@@ -122,7 +122,7 @@ func TestSignalModes(t *testing.T) {
 	close(sigs)
 	var got []string
 	for m := range modes {
-		got = append(got, m)
+		got = append(got, string(m))
 	}
 	if strings.Join(got, ",") != "interrupt,cancel,cancel" {
 		t.Fatalf("%v", got)

@@ -31,6 +31,9 @@ type runtimeOptions struct {
 	Workspace string
 	// LeaseTTL is the turn lease TTL (0 → default).
 	LeaseTTL time.Duration
+	// ResumeAttempts bounds how often a run of a lost instance is resumed
+	// (0 → default 2; negative → never), as sessions.Config.ResumeAttempts.
+	ResumeAttempts int
 	// System is the default system prompt.
 	System string
 	// Logger for everything (nil → discard).
@@ -77,13 +80,14 @@ func buildRuntime(ctx context.Context, o runtimeOptions) (*sessions.Service, sto
 		return nil, nil, fmt.Errorf("--store: %w", err)
 	}
 	svc, err := sessions.New(sessions.Config{
-		Store:     st,
-		Agent:     ag,
-		LeaseTTL:  o.LeaseTTL,
-		Workspace: o.Workspace,
-		Logger:    o.Logger,
-		Observer:  o.Observer,
-		System:    o.System,
+		Store:          st,
+		Agent:          ag,
+		LeaseTTL:       o.LeaseTTL,
+		ResumeAttempts: o.ResumeAttempts,
+		Workspace:      o.Workspace,
+		Logger:         o.Logger,
+		Observer:       o.Observer,
+		System:         o.System,
 	})
 	if err != nil {
 		st.Close()

@@ -28,11 +28,11 @@ func runSend(ctx context.Context, args []string, io stdio, sigs <-chan os.Signal
 	fs := flag.NewFlagSet("rein send", flag.ContinueOnError)
 	fs.SetOutput(io.err)
 	fs.Usage = func() {
-		fmt.Fprintln(io.err, "Usage: rein send [--session ID] [--when-busy reject|enqueue|interrupt] [--json] TEXT\n\nSends TEXT as a user message to a Rein server and streams the reply to stdout\nuntil the run ends. Without --session a new session is created and its id is\nprinted to stderr. Status lines (tools, queue, how the run ended) go to stderr.\nFirst Ctrl-C interrupts the run (it answers with what it has); a second one\ncancels it; a third stops waiting.\nExit status: 0 stop, 3 interrupted, 4 timeout, 1 failed, 130 cancelled.\n\nFlags:")
+		fmt.Fprintln(io.err, "Usage: rein send [--session ID] [--when-busy reject|enqueue|interrupt|rollback] [--json] TEXT\n\nSends TEXT as a user message to a Rein server and streams the reply to stdout\nuntil the run ends. Without --session a new session is created and its id is\nprinted to stderr. Status lines (tools, queue, how the run ended) go to stderr.\nFirst Ctrl-C interrupts the run (it answers with what it has); a second one\ncancels it; a third stops waiting.\nExit status: 0 stop, 3 interrupted, 4 timeout, 1 failed, 130 cancelled.\n\nFlags:")
 		fs.PrintDefaults()
 	}
 	rf := addRemoteFlags(fs, "the session to send to (default: create one and print its id to stderr)")
-	whenBusy := fs.String("when-busy", client.WhenBusyReject, "if the session is busy: reject, enqueue or interrupt")
+	whenBusy := fs.String("when-busy", string(rein.WhenBusyReject), "if the session is busy: reject, enqueue, interrupt (the current run answers, this one runs next) or rollback (the current run is cancelled and left out of the conversation, this one runs next)")
 	jsonOut := fs.Bool("json", false, "print the run's events as JSON lines instead of the reply text")
 	timeout := fs.Duration("timeout", 0, "deadline for the run, queue time included (0: none)")
 	clientID := fs.String("client-id", "", "idempotency key: a repeat shows the first run instead of starting another")
@@ -48,10 +48,9 @@ func runSend(ctx context.Context, args []string, io stdio, sigs <-chan os.Signal
 		fmt.Fprintln(io.err, "rein send: give the message TEXT, e.g. rein send \"hello\"")
 		return exitUsage
 	}
-	switch *whenBusy {
-	case client.WhenBusyReject, client.WhenBusyEnqueue, client.WhenBusyInterrupt:
-	default:
-		fmt.Fprintln(io.err, "rein send: --when-busy must be reject, enqueue or interrupt")
+	wb := rein.WhenBusy(*whenBusy)
+	if wb == "" || !wb.Valid() {
+		fmt.Fprintf(io.err, "rein send: --when-busy must be reject, enqueue, interrupt or rollback, not %q\n", *whenBusy)
 		return exitUsage
 	}
 	if *timeout < 0 {
@@ -78,7 +77,7 @@ func runSend(ctx context.Context, args []string, io stdio, sigs <-chan os.Signal
 		}
 		after = info.LastSeq
 	}
-	res, err := c.SendMessage(ctx, sid, client.Message{Text: text, WhenBusy: *whenBusy, ClientID: *clientID, TimeoutS: timeout.Seconds()})
+	res, err := c.SendMessage(ctx, sid, client.Message{Text: text, WhenBusy: wb, ClientID: *clientID, TimeoutS: timeout.Seconds()})
 	if err != nil {
 		return fail(err)
 	}
@@ -129,7 +128,7 @@ func runSend(ctx context.Context, args []string, io stdio, sigs <-chan os.Signal
 			case giveUp:
 				fmt.Fprintf(io.err, "\n[not waiting for run %s any longer]\n", runID)
 				return exitCancelled
-			case mode == client.ModeInterrupt:
+			case mode == rein.StopInterrupt:
 				fmt.Fprintf(io.err, "\n[interrupting run %s; Ctrl-C again cancels it]\n", runID)
 			default:
 				fmt.Fprintf(io.err, "\n[cancelling run %s]\n", runID)
@@ -189,6 +188,24 @@ func runSend(ctx context.Context, args []string, io stdio, sigs <-chan os.Signal
 					}
 					fmt.Fprintf(io.err, "[tool %s %s]\n", p.Name, compact(p.Input))
 				}
+			case rein.EventToolResult:
+				// Only in-doubt results are news on the terminal: the call
+				// may or may not have taken effect.
+				var p rein.ToolResultPayload
+				if e.DecodePayload(&p) == nil && p.InDoubt {
+					if !*jsonOut {
+						out.endLine()
+					}
+					fmt.Fprintf(io.err, "[tool call %s in doubt: it was executing when its instance was lost and was not run again]\n", p.ToolUseID)
+				}
+			case rein.EventStepRestarted:
+				var p rein.StepRestartedPayload
+				if e.DecodePayload(&p) == nil {
+					if !*jsonOut {
+						out.restart(p.Step)
+					}
+					fmt.Fprintln(io.err, stepRestartedLine(p))
+				}
 			case rein.EventToolConfirmationRequested:
 				var p rein.ToolConfirmationRequestedPayload
 				if e.DecodePayload(&p) == nil {
@@ -239,6 +256,9 @@ func runSend(ctx context.Context, args []string, io stdio, sigs <-chan os.Signal
 					if p.Error != "" {
 						msg += ": " + p.Error
 					}
+					if p.RolledBack {
+						msg += "; rolled back: left out of the conversation"
+					}
 					fmt.Fprintln(io.err, msg+"]")
 				}
 				return exitCode(p.Status, p.Reason)
@@ -250,12 +270,12 @@ func runSend(ctx context.Context, args []string, io stdio, sigs <-chan os.Signal
 // sendStopMode says what the n-th Ctrl-C of `rein send` does: the first
 // interrupts the run (it answers with what it has), the second cancels it,
 // the third stops waiting for it.
-func sendStopMode(n int) (mode string, giveUp bool) {
+func sendStopMode(n int) (mode rein.StopMode, giveUp bool) {
 	switch n {
 	case 1:
-		return client.ModeInterrupt, false
+		return rein.StopInterrupt, false
 	case 2:
-		return client.ModeCancel, false
+		return rein.StopCancel, false
 	}
 	return "", true
 }
@@ -295,6 +315,22 @@ func (r *replyPrinter) delta(step int, text string) {
 	}
 	r.text.WriteString(text)
 	r.write(text)
+}
+
+// restart forgets the deltas shown for step: a resumed run makes that
+// step's model request again (agent.step_restarted), and its new deltas
+// start on a fresh line. Text already on the terminal stays; the final
+// reply is compared with the new deltas only.
+func (r *replyPrinter) restart(step int) {
+	if step == r.step {
+		r.endLine()
+		r.text.Reset()
+	}
+}
+
+// stepRestartedLine is the status line of an agent.step_restarted.
+func stepRestartedLine(p rein.StepRestartedPayload) string {
+	return fmt.Sprintf("[… step %d restarted after instance loss (attempt %d)]", p.Step, p.Attempt)
 }
 
 // final shows the run's final reply: the deltas of the last step normally

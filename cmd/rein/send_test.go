@@ -110,7 +110,7 @@ func TestSendCtrlC(t *testing.T) {
 }
 
 func TestSendStopEscalates(t *testing.T) {
-	for n, want := range map[int]string{1: client.ModeInterrupt, 2: client.ModeCancel} {
+	for n, want := range map[int]rein.StopMode{1: rein.StopInterrupt, 2: rein.StopCancel} {
 		if mode, giveUp := sendStopMode(n); mode != want || giveUp {
 			t.Errorf("Ctrl-C #%d: %q %v, want %q", n, mode, giveUp, want)
 		}
@@ -156,11 +156,36 @@ func TestSendBusySession(t *testing.T) {
 	}
 	cmd := start(t, runSend, nil, "--server", s.url, "--session", sess.ID, "--when-busy", "enqueue", "queued hello")
 	cmd.err.waitFor(t, "[queued, position 1]")
-	if _, err := c.StopRun(ctx, sess.ID, long.RunID, client.ModeCancel); err != nil {
+	if _, err := c.StopRun(ctx, sess.ID, long.RunID, rein.StopCancel); err != nil {
 		t.Fatal(err)
 	}
 	if code := cmd.exit(); code != 0 || cmd.out.String() != "echo: queued hello\n" {
 		t.Fatalf("exit %d, stdout %q, stderr %q", code, cmd.out, cmd.err)
+	}
+}
+
+// TestSendRollback: --when-busy rollback cancels the current run at once
+// (its completion says rolled back) and streams the new run's reply.
+func TestSendRollback(t *testing.T) {
+	s := newTestServer(t, nil)
+	c := s.client("")
+	ctx := ctxT(t)
+	sess, err := c.CreateSession(ctx, client.CreateSessionRequest{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	long, err := c.SendMessage(ctx, sess.ID, client.Message{Text: "long"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	waitEvent(t, c, sess.ID, isEvent(rein.EventToolUse, long.RunID))
+	code, out, errs := run(t, runSend, "", map[string]string{"REIN_WHEN_BUSY": "rollback"}, "--server", s.url, "--session", sess.ID, "instead")
+	if code != 0 || out != "echo: instead\n" {
+		t.Fatalf("exit %d, stdout %q, stderr %q", code, out, errs)
+	}
+	var p rein.RunCompletedPayload
+	if err := waitEvent(t, c, sess.ID, isEvent(rein.EventRunCompleted, long.RunID)).DecodePayload(&p); err != nil || p.Status != rein.StatusCancelled || !p.RolledBack {
+		t.Fatalf("the replaced run: %+v %v", p, err)
 	}
 }
 
@@ -186,7 +211,8 @@ func TestSendErrors(t *testing.T) {
 		want string
 	}{
 		{[]string{"--server", s.url}, exitUsage, "give the message TEXT"},
-		{[]string{"--server", s.url, "--when-busy", "later", "hi"}, exitUsage, "--when-busy"},
+		{[]string{"--server", s.url, "--when-busy", "later", "hi"}, exitUsage, "--when-busy must be reject, enqueue, interrupt or rollback"},
+		{[]string{"--server", s.url, "--when-busy", "", "hi"}, exitUsage, "--when-busy must be"},
 		{[]string{"--server", s.url, "hi"}, exitFailed, "token"},
 		{[]string{"--server", s.url, "--token", "tok", "--session", "ses_nope", "hi"}, exitFailed, "session ses_nope not found"},
 		{[]string{"--server", "http://127.0.0.1:1", "hi"}, exitFailed, "is `rein serve` running"},

@@ -34,7 +34,8 @@ func cmdServe(ctx context.Context, args []string, io stdio) int {
 	fs.Var(&confirm, "confirm", "comma-separated tools that need confirmation (replaces the default set; \"\" for none)")
 	drain := fs.Duration("drain-timeout", 10*time.Second, "on shutdown, how long interrupted runs may take before they are cancelled")
 	workspace := fs.String("workspace", "./rein-workspace", "directory for files tools write")
-	leaseTTL := fs.Duration("lease-ttl", 15*time.Second, "turn lease TTL: a run of a lost instance is recorded failed within this long")
+	leaseTTL := fs.Duration("lease-ttl", 15*time.Second, "turn lease TTL: a run whose instance is lost is resumed by another instance after about this long")
+	resumeAttempts := fs.Int("resume-attempts", 2, "how often a run whose instance was lost is resumed before it ends failed (0: never resumed)")
 	if err := parseFlags(fs, args, io.lookupEnv); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			return 0
@@ -46,8 +47,16 @@ func cmdServe(ctx context.Context, args []string, io stdio) int {
 		fmt.Fprintf(io.err, "rein serve: unexpected arguments %q\n", fs.Args())
 		return exitUsage
 	}
-	if *drain <= 0 || *leaseTTL <= 0 {
-		fmt.Fprintln(io.err, "rein serve: --drain-timeout and --lease-ttl must be positive")
+	if *drain <= 0 {
+		fmt.Fprintln(io.err, "rein serve: --drain-timeout must be positive")
+		return exitUsage
+	}
+	if *leaseTTL <= 0 {
+		fmt.Fprintln(io.err, "rein serve: --lease-ttl must be positive")
+		return exitUsage
+	}
+	if *resumeAttempts < 0 {
+		fmt.Fprintln(io.err, "rein serve: --resume-attempts must not be negative")
 		return exitUsage
 	}
 	logger := slog.New(slog.NewTextHandler(io.err, nil))
@@ -76,7 +85,7 @@ func cmdServe(ctx context.Context, args []string, io stdio) int {
 	}
 	svc, st, err := buildRuntime(ctx, runtimeOptions{
 		Store: *storeSpec, Model: *modelName, Confirm: confirm.confirm(), Workspace: *workspace,
-		LeaseTTL: *leaseTTL, Logger: logger, Observer: metrics, LookupEnv: io.lookupEnv,
+		LeaseTTL: *leaseTTL, ResumeAttempts: resumeOption(*resumeAttempts), Logger: logger, Observer: metrics, LookupEnv: io.lookupEnv,
 		OnRetry: metrics.ModelRetry,
 	})
 	if err != nil {
@@ -112,6 +121,16 @@ func cmdServe(ctx context.Context, args []string, io stdio) int {
 		return exitFailed
 	}
 	return 0
+}
+
+// resumeOption turns a --resume-attempts value into
+// runtimeOptions.ResumeAttempts, where 0 means the default: the flag's 0
+// (never resume) becomes -1.
+func resumeOption(n int) int {
+	if n == 0 {
+		return -1
+	}
+	return n
 }
 
 // loopbackAddr reports whether a listen address names only the loopback

@@ -166,10 +166,48 @@ func TestServeFlagErrors(t *testing.T) {
 		{[]string{"--store", "nosuch:x"}, "--store"},
 		{[]string{"--confirm", "no_such_tool"}, "no_such_tool"},
 		{[]string{"extra"}, "unexpected arguments"},
+		{[]string{"--lease-ttl", "0s"}, "--lease-ttl must be positive"},
+		{[]string{"--lease-ttl", "-1s"}, "--lease-ttl must be positive"},
+		{[]string{"--lease-ttl", "soon"}, "lease-ttl"},
+		{[]string{"--resume-attempts", "-1"}, "--resume-attempts must not be negative"},
+		{[]string{"--resume-attempts", "two"}, "resume-attempts"},
+		{[]string{"--resume-attempts", "1.5"}, "resume-attempts"},
 	} {
 		code, _, stderr := run(t, withoutSignals(cmdServe), "", nil, append([]string{"--addr", "127.0.0.1:0", "--store", "memory:"}, c.args...)...)
 		if code != exitUsage || !strings.Contains(stderr, c.want) {
 			t.Errorf("%v: exit %d, stderr:\n%s", c.args, code, stderr)
+		}
+	}
+	// The same values through the environment name the flag too.
+	for _, env := range []map[string]string{
+		{"REIN_LEASE_TTL": "0s"},
+		{"REIN_LEASE_TTL": "soon"},
+		{"REIN_RESUME_ATTEMPTS": "-3"},
+		{"REIN_RESUME_ATTEMPTS": "many"},
+	} {
+		env["REIN_STORE"] = "memory:"
+		want := "--lease-ttl"
+		if _, ok := env["REIN_RESUME_ATTEMPTS"]; ok {
+			want = "--resume-attempts"
+		}
+		code, _, stderr := run(t, withoutSignals(cmdServe), "", env, "--addr", "127.0.0.1:0")
+		if code != exitUsage || !strings.Contains(stderr, want) {
+			t.Errorf("%v: exit %d, stderr:\n%s", env, code, stderr)
+		}
+	}
+}
+
+// TestServeResumeFlags: --resume-attempts 0 (no resume) and a custom
+// --lease-ttl are accepted, and the flag's 0 reaches the sessions service
+// as "never resume", not as its "default" zero.
+func TestServeResumeFlags(t *testing.T) {
+	s := startServe(t, map[string]string{"REIN_RESUME_ATTEMPTS": "0"}, "--addr", "127.0.0.1:0", "--store", "memory:", "--lease-ttl", "3s")
+	if code := s.shutdown(t); code != 0 {
+		t.Fatalf("exit %d:\n%s", code, s.stderr)
+	}
+	for flag, want := range map[int]int{0: -1, 1: 1, 2: 2, 7: 7} {
+		if got := resumeOption(flag); got != want {
+			t.Errorf("--resume-attempts %d → sessions.Config.ResumeAttempts %d, want %d", flag, got, want)
 		}
 	}
 }

@@ -2,7 +2,9 @@ package postgres
 
 import (
 	"fmt"
+	"slices"
 	"testing"
+	"time"
 
 	"github.com/reinhq/rein"
 	"github.com/reinhq/rein/store"
@@ -44,4 +46,56 @@ func BenchmarkAppendShared(b *testing.B) {
 // (the HTTP API's largest page).
 func BenchmarkReplay(b *testing.B) {
 	storetest.BenchmarkReplay(b, benchOpener(b), 100_000, 1000)
+}
+
+// BenchmarkUpdate measures one lifecycle transition as the sessions service
+// makes it — create a run and append two events, atomically — against the
+// same writes made as two separate calls (not atomic), on one session, one
+// caller at a time: the latency of a transition, not throughput.
+//
+//	REIN_TEST_POSTGRES_DSN=... go test -run '^$' -bench Update -benchtime 3000x -count 3 ./store/postgres
+func BenchmarkUpdate(b *testing.B) {
+	dsn := testDSN(b)
+	for _, mode := range []string{"update", "separate"} {
+		b.Run(mode, func(b *testing.B) {
+			s := openStore(b, dsn, Options{})
+			ctx := b.Context()
+			key := rein.SessionKey{Owner: "alice", ID: "ses_bench"}
+			if err := s.CreateSession(ctx, &store.Session{Owner: key.Owner, ID: key.ID}); err != nil {
+				b.Fatal(err)
+			}
+			evs := func(runID string) []rein.Event {
+				return []rein.Event{
+					rein.NewEvent(rein.EventUserMessage, runID, rein.UserMessagePayload{Text: "hello"}),
+					rein.NewEvent(rein.EventRunQueued, runID, rein.RunQueuedPayload{RunID: runID}),
+				}
+			}
+			lat := make([]time.Duration, 0, b.N)
+			b.ResetTimer()
+			for i := range b.N {
+				run := &store.RunRecord{Owner: key.Owner, SessionID: key.ID, ID: fmt.Sprintf("run_%d", i), Status: rein.StatusQueued, Input: "hello"}
+				start := time.Now()
+				var err error
+				if mode == "update" {
+					err = s.Update(ctx, key, store.Fence{}, func(tx store.Tx) error {
+						if err := tx.CreateRun(run); err != nil {
+							return err
+						}
+						_, err := tx.AppendEvents(evs(run.ID)...)
+						return err
+					})
+				} else if err = s.CreateRun(ctx, run); err == nil {
+					_, err = s.AppendEvents(ctx, key, store.Fence{}, evs(run.ID))
+				}
+				lat = append(lat, time.Since(start))
+				if err != nil {
+					b.Fatal(err)
+				}
+			}
+			b.StopTimer()
+			slices.Sort(lat)
+			b.ReportMetric(float64(lat[len(lat)/2])/float64(time.Microsecond), "p50_µs")
+			b.ReportMetric(float64(lat[len(lat)*99/100])/float64(time.Microsecond), "p99_µs")
+		})
+	}
 }

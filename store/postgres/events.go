@@ -50,34 +50,26 @@ func (s *Store) AppendEvents(ctx context.Context, key rein.SessionKey, fence sto
 	if err := ctx.Err(); err != nil {
 		return nil, err
 	}
-	out := make([]rein.Event, len(evs))
-	now := s.now()
-	for i, e := range evs {
-		if e.ID == "" {
-			e.ID = id.NewAt(id.Event, now)
-		}
-		if e.CreatedAt.IsZero() {
-			e.CreatedAt = now
-		} else {
-			e.CreatedAt = dbTime(e.CreatedAt)
-		}
-		p, err := jsonOrEmpty("events["+strconv.Itoa(i)+"].payload", e.Payload)
-		if err != nil {
-			return nil, err
-		}
-		e.Payload = p
-		e.SessionID = key.ID
-		e.Seq = 0
-		out[i] = e
+	out, err := prepareEvents(key, evs, s.now())
+	if err != nil {
+		return nil, err
 	}
 	if len(out) == 0 {
 		// Nothing to append, but a missing session or a stale fence is
 		// still reported.
-		err := s.inTx(ctx, "append events", func(ctx context.Context, tx pgx.Tx) error {
-			return checkSessionAndFence(ctx, tx, key, fence, false)
-		})
-		if err != nil {
-			return nil, err
+		octx, cancel := s.opContext(ctx)
+		defer cancel()
+		var checked, exists, holds bool
+		b := &pgx.Batch{}
+		queueCheck(b, key, fence.Token, false, &checked, &exists, &holds)
+		if err := s.pool.SendBatch(octx, b).Close(); err != nil {
+			return nil, s.fail(ctx, octx, "append events", err)
+		}
+		switch {
+		case !exists:
+			return nil, errSessionNotFound
+		case fence.Token != 0 && !holds:
+			return nil, errLeaseLost
 		}
 		return out, nil
 	}
@@ -113,6 +105,46 @@ func (s *Store) AppendEvents(ctx context.Context, key rein.SessionKey, fence sto
 			return nil, errClosed
 		}
 	}
+}
+
+// prepareEvents copies evs as they will be stored: ids and times filled in
+// (now for a zero CreatedAt), payloads checked, SessionID set and Seq left
+// for the appender to assign. For AppendEvents and Tx.AppendEvents alike.
+func prepareEvents(key rein.SessionKey, evs []rein.Event, now time.Time) ([]rein.Event, error) {
+	out := make([]rein.Event, len(evs))
+	for i, e := range evs {
+		if e.ID == "" {
+			e.ID = id.NewAt(id.Event, now)
+		}
+		if e.CreatedAt.IsZero() {
+			e.CreatedAt = now
+		} else {
+			e.CreatedAt = dbTime(e.CreatedAt)
+		}
+		p, err := jsonOrEmpty("events["+strconv.Itoa(i)+"].payload", e.Payload)
+		if err != nil {
+			return nil, err
+		}
+		e.Payload = p
+		e.SessionID = key.ID
+		e.Seq = 0
+		out[i] = e
+	}
+	return out, nil
+}
+
+// eventColumns holds events column by column, as the unnest of the append
+// statements takes them.
+type eventColumns struct {
+	ids, types, payloads []string
+	runIDs               []*string
+	times                []time.Time
+}
+
+func (c *eventColumns) add(e *rein.Event) {
+	c.ids, c.runIDs = append(c.ids, e.ID), append(c.runIDs, nullString(e.RunID))
+	c.types, c.payloads = append(c.types, string(e.Type)), append(c.payloads, string(e.Payload))
+	c.times = append(c.times, e.CreatedAt)
 }
 
 // runWriter is the group-commit loop. It runs until Close, then finishes
@@ -358,27 +390,23 @@ func (s *Store) sendAppendBatch(ctx context.Context, rounds [][]*group, failed *
 	// 3. One append per round.
 	for _, round := range rounds {
 		var (
-			gOwners, gIDs       = make([]string, len(round)), make([]string, len(round))
-			gFences, gNs        = make([]int64, len(round)), make([]int64, len(round))
-			eGroups, eOrds      []int64
-			eIDs, eTypes, ePays []string
-			eRunIDs             []*string
-			eTimes              []time.Time
+			gOwners, gIDs  = make([]string, len(round)), make([]string, len(round))
+			gFences, gNs   = make([]int64, len(round)), make([]int64, len(round))
+			eGroups, eOrds []int64
+			ec             eventColumns
 		)
 		for gi, g := range round {
 			gOwners[gi], gIDs[gi], gFences[gi], gNs[gi] = g.key.Owner, g.key.ID, g.fence, int64(g.n)
 			ord := int64(0)
 			for _, r := range g.reqs {
-				for _, e := range r.evs {
+				for i := range r.evs {
 					ord++
 					eGroups, eOrds = append(eGroups, int64(gi+1)), append(eOrds, ord)
-					eIDs, eRunIDs = append(eIDs, e.ID), append(eRunIDs, nullString(e.RunID))
-					eTypes, ePays = append(eTypes, string(e.Type)), append(ePays, string(e.Payload))
-					eTimes = append(eTimes, e.CreatedAt)
+					ec.add(&r.evs[i])
 				}
 			}
 		}
-		b.Queue(appendSQL, gOwners, gIDs, gFences, gNs, eGroups, eOrds, eIDs, eRunIDs, eTypes, ePays, eTimes)
+		b.Queue(appendSQL, gOwners, gIDs, gFences, gNs, eGroups, eOrds, ec.ids, ec.runIDs, ec.types, ec.payloads, ec.times)
 	}
 	// 4. Wake other processes (delivered at commit).
 	b.Queue(notifySQL, s.channel, owners, ids)

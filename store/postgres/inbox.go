@@ -36,40 +36,68 @@ func scanSupplement(row pgx.Row) (*store.Supplement, int64, error) {
 
 // PushSupplement stores a queued supplement, idempotently by id.
 func (s *Store) PushSupplement(ctx context.Context, sup *store.Supplement) (*store.Supplement, bool, error) {
-	if err := s.checkOpen(); err != nil {
-		return nil, false, err
-	}
+	var (
+		got     *store.Supplement
+		created bool
+	)
+	key := rein.SessionKey{Owner: sup.Owner, ID: sup.SessionID}
+	err := s.write(ctx, key, func(w sender) (err error) {
+		got, created, err = pushSupplement(w, sup, s.now())
+		return err
+	})
+	return got, created, err
+}
+
+// pushSupplement is PushSupplement, for the public method and Tx alike. The
+// insert and the read of what is stored under the id go in one round trip:
+// ON CONFLICT waits for a concurrent push of the same id to commit, so the
+// read that follows a conflict always finds the winner's row.
+func pushSupplement(q sender, sup *store.Supplement, now time.Time) (*store.Supplement, bool, error) {
 	in := *sup
 	if in.ID == "" {
 		in.ID = id.New(id.Supplement)
 	}
 	if in.CreatedAt.IsZero() {
-		in.CreatedAt = s.now()
+		in.CreatedAt = now
 	} else {
 		in.CreatedAt = dbTime(in.CreatedAt)
 	}
 	in.Status, in.RunID, in.Step, in.ConsumedAt = store.SupplementQueued, "", 0, time.Time{}
-
-	octx, cancel := s.opContext(ctx)
-	defer cancel()
-	// ON CONFLICT waits for a concurrent push of the same id to commit, so
-	// the SELECT that follows a conflict always finds the winner's row.
-	got, _, err := scanSupplement(s.pool.QueryRow(octx, `INSERT INTO supplements (owner, session_id, id, text, source, status, created_at)
+	var (
+		stored         *store.Supplement
+		created, found bool
+	)
+	b := &pgx.Batch{}
+	queryRow(b, scanSupplementOnly, new(*store.Supplement), &created, `INSERT INTO supplements (owner, session_id, id, text, source, status, created_at)
 		VALUES ($1, $2, $3, $4, $5, 'queued', $6)
 		ON CONFLICT (owner, session_id, id) DO NOTHING
 		RETURNING `+supplementColumns,
-		in.Owner, in.SessionID, in.ID, in.Text, in.Source, in.CreatedAt))
-	switch {
-	case err == nil:
-		return got, true, nil
-	case errors.Is(err, pgx.ErrNoRows):
-		got, err := s.GetSupplement(ctx, rein.SessionKey{Owner: in.Owner, ID: in.SessionID}, in.ID)
-		return got, false, err
-	case rein.CodeOf(classify(ctx, octx, "", err)) == rein.CodeNotFound:
-		return nil, false, errSessionNotFound
-	default:
-		return nil, false, s.fail(ctx, octx, "push supplement", err)
+		in.Owner, in.SessionID, in.ID, in.Text, in.Source, in.CreatedAt)
+	queryRow(b, scanSupplementOnly, &stored, &found, `SELECT `+supplementColumns+` FROM supplements
+		WHERE owner = $1 AND session_id = $2 AND id = $3`, in.Owner, in.SessionID, in.ID)
+	if err := q.send("push supplement", b); err != nil {
+		return nil, false, err
 	}
+	if !found {
+		return nil, false, rein.Errorf(rein.CodeInternal, "postgres: push supplement: the supplement vanished")
+	}
+	return stored, created, nil
+}
+
+func scanSupplementOnly(row pgx.Row) (*store.Supplement, error) {
+	sup, _, err := scanSupplement(row)
+	return sup, err
+}
+
+// supplementRank is a supplement with its push position.
+type supplementRank struct {
+	sup *store.Supplement
+	pos int64
+}
+
+func scanRanked(row pgx.Row) (supplementRank, error) {
+	sup, pos, err := scanSupplement(row)
+	return supplementRank{sup, pos}, err
 }
 
 // ConsumeSupplements marks every queued supplement of the session consumed
@@ -78,31 +106,95 @@ func (s *Store) PushSupplement(ctx context.Context, sup *store.Supplement) (*sto
 // first is taking, then finds them no longer queued and skips them, so each
 // supplement is returned exactly once.
 func (s *Store) ConsumeSupplements(ctx context.Context, key rein.SessionKey, runID string, step int) ([]*store.Supplement, error) {
-	type ranked struct {
-		sup *store.Supplement
-		pos int64
-	}
-	var got []ranked
-	err := s.queryInSession(ctx, "consume supplements", key, func(rows pgx.Rows) error {
-		sup, pos, err := scanSupplement(rows)
-		if err == nil {
-			got = append(got, ranked{sup, pos})
-		}
-		return err
-	}, `UPDATE supplements SET status = 'consumed', run_id = $3, step = $4, consumed_at = $5
-		WHERE owner = $1 AND session_id = $2 AND status = 'queued'
-		RETURNING `+supplementColumns, key.Owner, key.ID, runID, step, s.now())
+	var got []supplementRank
+	err := s.write(ctx, key, func(w sender) error {
+		b := &pgx.Batch{}
+		queryRows(b, scanRanked, &got, `UPDATE supplements SET status = 'consumed', run_id = $3, step = $4, consumed_at = $5
+			WHERE owner = $1 AND session_id = $2 AND status = 'queued'
+			RETURNING `+supplementColumns, key.Owner, key.ID, runID, step, s.now())
+		return w.send("consume supplements", b)
+	})
 	if err != nil {
 		return nil, err
 	}
 	// RETURNING has no order; push order is the identity column's.
-	slices.SortFunc(got, func(a, b ranked) int { return cmp.Compare(a.pos, b.pos) })
+	slices.SortFunc(got, func(a, b supplementRank) int { return cmp.Compare(a.pos, b.pos) })
 	out := make([]*store.Supplement, len(got))
 	for i, r := range got {
 		out[i] = r.sup
 	}
 	return out, nil
 }
+
+// consumeIDsSQL marks the supplements named by $3 (distinct ids) consumed,
+// all or none: only if every one of them is queued. (Inside an Update no one else can
+// change them meanwhile: the session row lock keeps other writers out.)
+const consumeIDsSQL = `
+WITH want AS (
+    SELECT w.id FROM unnest($3::text[]) AS w(id)
+), queued AS (
+    SELECT count(*) AS n FROM supplements s JOIN want USING (id)
+    WHERE s.owner = $1 AND s.session_id = $2 AND s.status = 'queued'
+)
+UPDATE supplements s SET status = 'consumed', run_id = $4, step = $5, consumed_at = $6
+WHERE s.owner = $1 AND s.session_id = $2 AND s.id IN (SELECT id FROM want)
+  AND (SELECT n FROM queued) = (SELECT count(*) FROM want)
+RETURNING s.id`
+
+// consumeSupplementIDs is Tx.ConsumeSupplements.
+func consumeSupplementIDs(q sender, key rein.SessionKey, ids []string, runID string, step int, now time.Time) error {
+	if len(ids) == 0 {
+		return nil
+	}
+	seen := make(map[string]bool, len(ids))
+	for _, sid := range ids {
+		if seen[sid] {
+			// Consumed by its first mention: the second finds it taken.
+			return rein.Errorf(rein.CodeConflict, "supplement %s is named twice", sid)
+		}
+		seen[sid] = true
+	}
+	var done []string
+	b := &pgx.Batch{}
+	queryRows(b, scanString, &done, consumeIDsSQL, key.Owner, key.ID, ids, runID, step, now)
+	if err := q.send("consume supplements", b); err != nil {
+		return err
+	}
+	if len(done) > 0 {
+		return nil
+	}
+	// Refused: name the first id that is unknown or not queued.
+	type state struct{ id, status string }
+	var states []state
+	b = &pgx.Batch{}
+	queryRows(b, func(row pgx.Row) (state, error) {
+		var st state
+		err := row.Scan(&st.id, &st.status)
+		return st, err
+	}, &states, `SELECT id, status FROM supplements WHERE owner = $1 AND session_id = $2 AND id = ANY($3::text[])`,
+		key.Owner, key.ID, ids)
+	if err := q.send("consume supplements", b); err != nil {
+		return err
+	}
+	status := map[string]string{}
+	for _, st := range states {
+		status[st.id] = st.status
+	}
+	for _, sid := range ids {
+		st, ok := status[sid]
+		switch {
+		case !ok:
+			return rein.Errorf(rein.CodeNotFound, "supplement %s not found", sid)
+		case st != string(store.SupplementQueued):
+			return rein.Errorf(rein.CodeConflict, "supplement %s is not queued (%s)", sid, st)
+		}
+	}
+	return rein.Errorf(rein.CodeConflict, "supplements changed while being consumed")
+}
+
+// queuedSupplementsSQL lists the session's queued supplements in push order.
+const queuedSupplementsSQL = `SELECT ` + supplementColumns + ` FROM supplements
+	WHERE owner = $1 AND session_id = $2 AND status = 'queued' ORDER BY pos`
 
 // PendingSupplements counts the session's queued supplements.
 func (s *Store) PendingSupplements(ctx context.Context, key rein.SessionKey) (int, error) {
@@ -159,72 +251,94 @@ func scanConfirmation(row pgx.Row) (*store.Confirmation, error) {
 
 // CreateConfirmation stores a pending confirmation.
 func (s *Store) CreateConfirmation(ctx context.Context, c *store.Confirmation) error {
-	if err := s.checkOpen(); err != nil {
-		return err
-	}
+	return s.write(ctx, rein.SessionKey{Owner: c.Owner, ID: c.SessionID}, func(w sender) error {
+		return createConfirmation(w, c, s.now())
+	})
+}
+
+// createConfirmation is CreateConfirmation, for the public method and Tx
+// alike. DO NOTHING rather than a unique violation, which would abort an
+// Update's transaction.
+func createConfirmation(q sender, c *store.Confirmation, now time.Time) error {
 	if c.ToolUseID == "" {
 		return rein.InvalidArgument("tool_use_id", "tool use id is empty")
 	}
 	if c.CreatedAt.IsZero() {
-		c.CreatedAt = s.now()
+		c.CreatedAt = now
 	} else {
 		c.CreatedAt = dbTime(c.CreatedAt)
 	}
 	c.State, c.DenyMessage, c.ResolvedAt = store.ConfirmationPending, "", time.Time{}
-	octx, cancel := s.opContext(ctx)
-	defer cancel()
-	_, err := s.pool.Exec(octx, `INSERT INTO confirmations (owner, session_id, run_id, tool_use_id, name, input, state, created_at)
-		VALUES ($1, $2, $3, $4, $5, $6, 'pending', $7)`,
+	var inserted bool
+	b := &pgx.Batch{}
+	queryRow(b, scanInt, new(int64), &inserted, `INSERT INTO confirmations (owner, session_id, run_id, tool_use_id, name, input, state, created_at)
+		VALUES ($1, $2, $3, $4, $5, $6, 'pending', $7)
+		ON CONFLICT (owner, session_id, tool_use_id) DO NOTHING
+		RETURNING 1`,
 		c.Owner, c.SessionID, c.RunID, c.ToolUseID, c.Name, []byte(c.Input), c.CreatedAt)
-	if err == nil {
-		return nil
+	if err := q.send("create confirmation", b); err != nil {
+		return err
 	}
-	err = s.fail(ctx, octx, "create confirmation", err)
-	switch rein.CodeOf(err) {
-	case rein.CodeConflict:
+	if !inserted {
 		return rein.Errorf(rein.CodeConflict, "confirmation %s already exists", c.ToolUseID)
-	case rein.CodeNotFound:
-		return errSessionNotFound
 	}
-	return err
+	return nil
 }
 
-// ResolveConfirmation answers a pending confirmation. The UPDATE's
-// "state = 'pending'" condition, re-checked after waiting on a concurrent
-// resolver's row lock, lets exactly one resolver win.
+// ResolveConfirmation answers a pending confirmation.
 func (s *Store) ResolveConfirmation(ctx context.Context, key rein.SessionKey, toolUseID string, allow bool, denyMessage string) (*store.Confirmation, error) {
-	if err := s.checkOpen(); err != nil {
-		return nil, err
-	}
+	var c *store.Confirmation
+	err := s.write(ctx, key, func(w sender) (err error) {
+		c, err = resolveConfirmation(w, key, toolUseID, allow, denyMessage, s.now())
+		return err
+	})
+	return c, err
+}
+
+// resolveConfirmation is ResolveConfirmation, for the public method and Tx
+// alike. The UPDATE's "state = 'pending'" condition, re-checked after
+// waiting on a concurrent resolver's row lock, lets exactly one resolver
+// win; the read after it, in the same round trip, explains a refusal.
+func resolveConfirmation(q sender, key rein.SessionKey, toolUseID string, allow bool, denyMessage string, now time.Time) (*store.Confirmation, error) {
 	state := store.ConfirmationAllowed
 	if !allow {
 		state = store.ConfirmationDenied
 	} else {
 		denyMessage = ""
 	}
-	octx, cancel := s.opContext(ctx)
-	defer cancel()
-	c, err := scanConfirmation(s.pool.QueryRow(octx, `UPDATE confirmations SET state = $4, deny_message = $5, resolved_at = $6
+	var (
+		c                *store.Confirmation
+		resolved, exists bool
+		cur              string
+	)
+	b := &pgx.Batch{}
+	queryRow(b, scanConfirmation, &c, &resolved, `UPDATE confirmations SET state = $4, deny_message = $5, resolved_at = $6
 		WHERE owner = $1 AND session_id = $2 AND tool_use_id = $3 AND state = 'pending'
-		RETURNING `+confirmationColumns, key.Owner, key.ID, toolUseID, string(state), denyMessage, s.now()))
-	if err == nil {
-		return c, nil
-	}
-	if !errors.Is(err, pgx.ErrNoRows) {
-		return nil, s.fail(ctx, octx, "resolve confirmation", err)
-	}
-	cur, err := s.GetConfirmation(ctx, key, toolUseID)
-	if err != nil {
+		RETURNING `+confirmationColumns, key.Owner, key.ID, toolUseID, string(state), denyMessage, now)
+	queryRow(b, scanString, &cur, &exists, `SELECT state FROM confirmations WHERE owner = $1 AND session_id = $2 AND tool_use_id = $3`,
+		key.Owner, key.ID, toolUseID)
+	if err := q.send("resolve confirmation", b); err != nil {
 		return nil, err
 	}
-	return nil, rein.Errorf(rein.CodeConflict, "confirmation %s is no longer pending (%s)", toolUseID, cur.State)
+	switch {
+	case resolved:
+		return c, nil
+	case !exists:
+		return nil, rein.Errorf(rein.CodeNotFound, "confirmation not found")
+	}
+	return nil, rein.Errorf(rein.CodeConflict, "confirmation %s is no longer pending (%s)", toolUseID, cur)
 }
 
 // CloseConfirmations closes the run's pending confirmations.
 func (s *Store) CloseConfirmations(ctx context.Context, key rein.SessionKey, runID string) error {
-	return s.queryInSession(ctx, "close confirmations", key, func(pgx.Rows) error { return nil },
-		`UPDATE confirmations SET state = 'closed', resolved_at = $4
-		WHERE owner = $1 AND session_id = $2 AND run_id = $3 AND state = 'pending'`, key.Owner, key.ID, runID, s.now())
+	return s.write(ctx, key, func(w sender) error { return closeConfirmations(w, key, runID, s.now()) })
+}
+
+func closeConfirmations(q sender, key rein.SessionKey, runID string, now time.Time) error {
+	b := &pgx.Batch{}
+	b.Queue(`UPDATE confirmations SET state = 'closed', resolved_at = $4
+		WHERE owner = $1 AND session_id = $2 AND run_id = $3 AND state = 'pending'`, key.Owner, key.ID, runID, now)
+	return q.send("close confirmations", b)
 }
 
 // GetConfirmation returns one confirmation.
@@ -245,6 +359,11 @@ func (s *Store) GetConfirmation(ctx context.Context, key rein.SessionKey, toolUs
 	return c, nil
 }
 
+// listConfirmationsSQL lists the session's confirmations in state $3 (""
+// for all), oldest first (by CreatedAt, then creation order).
+const listConfirmationsSQL = `SELECT ` + confirmationColumns + ` FROM confirmations
+	WHERE owner = $1 AND session_id = $2 AND ($3::text = '' OR state = $3::text) ORDER BY created_at, pos`
+
 // ListConfirmations returns the session's confirmations in a state ("" for
 // all), oldest first (by CreatedAt, then creation order).
 func (s *Store) ListConfirmations(ctx context.Context, key rein.SessionKey, state store.ConfirmationState) ([]*store.Confirmation, error) {
@@ -255,8 +374,7 @@ func (s *Store) ListConfirmations(ctx context.Context, key rein.SessionKey, stat
 			out = append(out, c)
 		}
 		return err
-	}, `SELECT `+confirmationColumns+` FROM confirmations
-		WHERE owner = $1 AND session_id = $2 AND ($3 = '' OR state = $3) ORDER BY created_at, pos`, key.Owner, key.ID, string(state))
+	}, listConfirmationsSQL, key.Owner, key.ID, string(state))
 	if err != nil {
 		return nil, err
 	}

@@ -23,84 +23,122 @@ func scanLease(row pgx.Row) (*store.Lease, error) {
 }
 
 // acquireSQL takes the session's turn in one statement: a new row, or a
-// takeover of an expired lease (or a re-acquisition by the same run), each
-// with a fresh token from the global sequence. An unexpired lease of another
-// run leaves the row untouched and returns nothing. The row lock taken by
-// ON CONFLICT makes concurrent acquirers, in any process, queue up: exactly
-// one of them sees the old lease expired.
+// takeover of an expired lease, each with a fresh token from the global
+// sequence. An unexpired lease — whoever holds it, the same run included —
+// leaves the row untouched and returns nothing. The row lock taken by ON
+// CONFLICT makes concurrent acquirers, in any process, queue up: exactly one
+// of them sees the old lease expired. It also stays held when the WHERE
+// refuses, so holderSQL, next in the same transaction, reads the lease that
+// made the session busy.
+//
+// $5 is the time expiry is judged by and $6 the new expiry, both NULL to use
+// the database's clock (then $7 is the TTL in microseconds).
 const acquireSQL = `
 INSERT INTO leases (owner, session_id, run_id, holder, token, expires_at)
-VALUES ($1, $2, $3, $4, nextval('lease_tokens'), $5)
+VALUES ($1, $2, $3, $4, nextval('lease_tokens'),
+        coalesce($6::timestamptz, now() + $7::bigint * interval '1 microsecond'))
 ON CONFLICT (owner, session_id) DO UPDATE
     SET run_id = excluded.run_id, holder = excluded.holder, token = excluded.token, expires_at = excluded.expires_at
-    WHERE leases.expires_at <= $6 OR leases.run_id = excluded.run_id
+    WHERE leases.expires_at <= coalesce($5::timestamptz, now())
 RETURNING ` + leaseColumns
 
-// AcquireLease gives the session's turn to runID on holder for ttl.
+const holderSQL = `SELECT run_id FROM leases WHERE owner = $1 AND session_id = $2`
+
+// AcquireLease gives the session's turn to runID on holder for ttl. Expiry
+// is judged by the database's clock unless Options.Clock is set.
 func (s *Store) AcquireLease(ctx context.Context, key rein.SessionKey, holder, runID string, ttl time.Duration) (*store.Lease, error) {
-	if err := s.checkOpen(); err != nil {
-		return nil, err
-	}
-	octx, cancel := s.opContext(ctx)
-	defer cancel()
-	// Two attempts: the holder seen busy may release between the INSERT
-	// and the read of who holds it; then the turn is free and one more
-	// INSERT takes it.
-	for attempt := 0; ; attempt++ {
-		now := s.now()
-		l, err := scanLease(s.pool.QueryRow(octx, acquireSQL, key.Owner, key.ID, runID, holder, now.Add(ttl), now))
-		if err == nil {
-			return l, nil
-		}
-		if !errors.Is(err, pgx.ErrNoRows) {
-			err = s.fail(ctx, octx, "acquire lease", err)
-			if rein.CodeOf(err) == rein.CodeNotFound {
-				return nil, errSessionNotFound
-			}
-			return nil, err
-		}
-		cur, err := s.GetLease(ctx, key)
-		if rein.CodeOf(err) == rein.CodeNotFound && attempt == 0 {
-			continue
-		}
-		if err != nil {
-			return nil, err
-		}
-		// The holder instance is never named: it is internal topology
-		// (SPEC §3: no error reveals which instance holds a run).
-		return nil, &rein.Error{Code: rein.CodeSessionBusy, Message: "session is busy", RunID: cur.RunID}
-	}
+	var l *store.Lease
+	err := s.write(ctx, key, func(w sender) (err error) {
+		l, err = acquireLease(w, key, holder, runID, ttl, s.leaseNow())
+		return err
+	})
+	return l, err
 }
 
-// RenewLease extends a lease whose token is still current.
-func (s *Store) RenewLease(ctx context.Context, l *store.Lease, ttl time.Duration) (*store.Lease, error) {
-	if err := s.checkOpen(); err != nil {
+// acquireLease is AcquireLease, for the public method and Tx alike. now is
+// the time expiry is judged by; nil means the database's now().
+func acquireLease(q sender, key rein.SessionKey, holder, runID string, ttl time.Duration, now *time.Time) (*store.Lease, error) {
+	var expires *time.Time
+	if now != nil {
+		e := now.Add(ttl)
+		expires = &e
+	}
+	var (
+		l            *store.Lease
+		got, present bool
+		holderRun    string
+	)
+	b := &pgx.Batch{}
+	queryRow(b, scanLease, &l, &got, acquireSQL, key.Owner, key.ID, runID, holder, now, expires, ttl.Microseconds())
+	queryRow(b, scanString, &holderRun, &present, holderSQL, key.Owner, key.ID)
+	if err := q.send("acquire lease", b); err != nil {
 		return nil, err
 	}
-	octx, cancel := s.opContext(ctx)
-	defer cancel()
-	nl, err := scanLease(s.pool.QueryRow(octx, `UPDATE leases SET expires_at = $4
-		WHERE owner = $1 AND session_id = $2 AND token = $3 RETURNING `+leaseColumns,
-		l.Owner, l.SessionID, l.Token, s.now().Add(ttl)))
-	if errors.Is(err, pgx.ErrNoRows) {
-		return nil, errLeaseLost
+	switch {
+	case got:
+		return l, nil
+	case !present:
+		// Cannot happen: a refused upsert leaves a row it holds locked.
+		return nil, rein.Errorf(rein.CodeInternal, "postgres: acquire lease: the lease vanished")
 	}
+	// The holder instance is never named: it is internal topology (SPEC
+	// §3: no error reveals which instance holds a run).
+	return nil, &rein.Error{Code: rein.CodeSessionBusy, Message: "session is busy", RunID: holderRun}
+}
+
+func scanString(row pgx.Row) (string, error) {
+	var v string
+	err := row.Scan(&v)
+	return v, err
+}
+
+// renewSQL extends a lease that is current (its token) and not expired by
+// the judging clock; $4 and $5 as $5 and $6 of acquireSQL.
+const renewSQL = `
+UPDATE leases SET expires_at = coalesce($5::timestamptz, now() + $6::bigint * interval '1 microsecond')
+WHERE owner = $1 AND session_id = $2 AND token = $3 AND expires_at > coalesce($4::timestamptz, now())
+RETURNING ` + leaseColumns
+
+// RenewLease extends a lease whose token is still current and which has not
+// expired (by the database's clock unless Options.Clock is set). It does not
+// lock the session row: the lease row's own lock, which an Update holds,
+// serialises it.
+func (s *Store) RenewLease(ctx context.Context, l *store.Lease, ttl time.Duration) (*store.Lease, error) {
+	var (
+		nl      *store.Lease
+		renewed bool
+	)
+	err := s.plain(ctx, func(q sender) error {
+		now := s.leaseNow()
+		var expires *time.Time
+		if now != nil {
+			e := now.Add(ttl)
+			expires = &e
+		}
+		b := &pgx.Batch{}
+		queryRow(b, scanLease, &nl, &renewed, renewSQL, l.Owner, l.SessionID, l.Token, now, expires, ttl.Microseconds())
+		return q.send("renew lease", b)
+	})
 	if err != nil {
-		return nil, s.fail(ctx, octx, "renew lease", err)
+		return nil, err
+	}
+	if !renewed {
+		return nil, errLeaseLost
 	}
 	return nl, nil
 }
 
-// ReleaseLease drops the lease if its token is still current.
+// ReleaseLease drops the lease if its token is still current. Like
+// RenewLease it needs no session lock; and a missing session is not an
+// error here (there is nothing to release).
 func (s *Store) ReleaseLease(ctx context.Context, l *store.Lease) error {
-	if err := s.checkOpen(); err != nil {
-		return err
-	}
-	octx, cancel := s.opContext(ctx)
-	defer cancel()
-	_, err := s.pool.Exec(octx, `DELETE FROM leases WHERE owner = $1 AND session_id = $2 AND token = $3`,
-		l.Owner, l.SessionID, l.Token)
-	return s.fail(ctx, octx, "release lease", err)
+	return s.plain(ctx, func(q sender) error { return releaseLease(q, l.Key(), l.Token) })
+}
+
+func releaseLease(q sender, key rein.SessionKey, token int64) error {
+	b := &pgx.Batch{}
+	b.Queue(`DELETE FROM leases WHERE owner = $1 AND session_id = $2 AND token = $3`, key.Owner, key.ID, token)
+	return q.send("release lease", b)
 }
 
 // GetLease returns the session's current lease, expired or not.
@@ -122,10 +160,18 @@ func (s *Store) GetLease(ctx context.Context, key rein.SessionKey) (*store.Lease
 }
 
 // ListExpiredLeases returns the leases that expired before now, oldest
-// expiry first.
+// expiry first. A zero now means the database's now(): the clock that
+// AcquireLease judges expiry by when Options.Clock is nil, so a caller
+// looking for turns to take over need not read (or trust) its own clock.
 func (s *Store) ListExpiredLeases(ctx context.Context, now time.Time) ([]*store.Lease, error) {
-	return queryAll(ctx, s, "list expired leases", scanLease, `SELECT `+leaseColumns+` FROM leases WHERE expires_at < $1
-		ORDER BY expires_at, owner, session_id`, ceilMicro(now))
+	var before *time.Time
+	if !now.IsZero() {
+		c := ceilMicro(now)
+		before = &c
+	}
+	return queryAll(ctx, s, "list expired leases", scanLease, `SELECT `+leaseColumns+` FROM leases
+		WHERE expires_at < coalesce($1::timestamptz, now())
+		ORDER BY expires_at, owner, session_id`, before)
 }
 
 // ceilMicro rounds t up to PostgreSQL's microsecond precision. A stored

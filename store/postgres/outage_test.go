@@ -169,6 +169,12 @@ func TestDatabaseOutageAndRecovery(t *testing.T) {
 			_, err := s.AcquireLease(ctx, key, "i1", "run_1", time.Minute)
 			return err
 		}},
+		{"Update", func(ctx context.Context) error {
+			return s.Update(ctx, key, store.Fence{}, func(tx store.Tx) error {
+				_, err := tx.AppendEvents(ev)
+				return err
+			})
+		}},
 		{"Ping", s.Ping},
 	} {
 		octx, cancel := context.WithTimeout(ctx, 20*time.Second)
@@ -213,8 +219,14 @@ func TestDatabaseOutageAndRecovery(t *testing.T) {
 	if err := s.Ping(ctx); err != nil {
 		t.Fatalf("Ping after recovery: %v", err)
 	}
-	if all := readAll(t, s, key); len(all) != 3 {
-		t.Fatalf("log has %d events after recovery, want 3", len(all))
+	if err := s.Update(ctx, key, store.Fence{}, func(tx store.Tx) error {
+		_, err := tx.AppendEvents(rein.NewEvent(rein.EventSystemMessage, "", rein.SystemMessagePayload{Text: "updated"}))
+		return err
+	}); err != nil {
+		t.Fatalf("Update after recovery: %v", err)
+	}
+	if all := readAll(t, s, key); len(all) != 4 {
+		t.Fatalf("log has %d events after recovery, want 4", len(all))
 	}
 }
 

@@ -45,10 +45,16 @@ import (
 
 // Options configures a Store. The zero value is usable.
 type Options struct {
-	// Clock tells the time for CreatedAt stamps and lease expiry; nil means
-	// the wall clock. Instances sharing a database compare lease expiry
-	// against their own clocks, so their clocks should agree to well within
-	// a lease TTL.
+	// Clock tells the time for the stamps the store decides (CreatedAt
+	// defaults, consumption and resolution times); nil means the wall clock.
+	//
+	// Lease expiry is another matter: with Clock nil it is judged by the
+	// database's clock — now(), the start of the judging transaction — so
+	// that instances whose own clocks disagree still agree on who holds a
+	// turn and when it lapses (SPEC §4: "expired by the store's clock").
+	// A set Clock replaces the database's clock for leases too, which is
+	// what tests driving time by hand (storetest) need; instances sharing
+	// a database must then share that clock.
 	Clock rein.Clock
 	// Schema is the PostgreSQL schema to keep Rein's tables in; "" uses the
 	// connection's search_path (normally "public"). Open creates the schema
@@ -82,6 +88,10 @@ type testHooks struct {
 	waiting func(key rein.SessionKey)
 	// listening: the listener has (re)connected and issued LISTEN.
 	listening func()
+	// wallClock stands in for the process's own clock when Options.Clock
+	// is nil, so a test can skew it and check that leases still follow
+	// the database's clock.
+	wallClock rein.Clock
 }
 
 const (
@@ -96,8 +106,11 @@ type Store struct {
 	// listeners are in-process code, the same for every backend.
 	store.FlushRegistry
 
-	pool        *pgxpool.Pool
-	clock       rein.Clock
+	pool  *pgxpool.Pool
+	clock rein.Clock
+	// leaseClock is Options.Clock: nil means leases expire by the
+	// database's now().
+	leaseClock  rein.Clock
 	timeout     time.Duration
 	waitRecheck time.Duration
 	log         *slog.Logger
@@ -161,6 +174,7 @@ func Open(ctx context.Context, dsn string, opts Options) (*Store, error) {
 	s := &Store{
 		pool:         pool,
 		clock:        opts.Clock,
+		leaseClock:   opts.Clock,
 		timeout:      opts.Timeout,
 		waitRecheck:  opts.WaitRecheck,
 		log:          opts.Logger,
@@ -179,6 +193,9 @@ func Open(ctx context.Context, dsn string, opts Options) (*Store, error) {
 	}
 	if s.log == nil {
 		s.log = slog.New(slog.DiscardHandler)
+	}
+	if s.clock == nil {
+		s.clock = opts.hooks.wallClock
 	}
 	s.life, s.cancelLife = context.WithCancel(context.Background())
 
@@ -270,6 +287,16 @@ func (s *Store) checkOpen() error {
 // now returns the store clock's time at the database's precision, so a
 // value returned to the caller equals the one read back later.
 func (s *Store) now() time.Time { return dbTime(s.clock.Now()) }
+
+// leaseNow is the time lease expiry is judged by, as a statement argument:
+// nil lets the statement use the database's now() (see Options.Clock).
+func (s *Store) leaseNow() *time.Time {
+	if s.leaseClock == nil {
+		return nil
+	}
+	t := s.leaseClock.Now()
+	return &t
+}
 
 // dbTime truncates t to PostgreSQL's microsecond precision, in UTC.
 func dbTime(t time.Time) time.Time { return t.UTC().Truncate(time.Microsecond) }

@@ -2,18 +2,16 @@ package postgres
 
 import (
 	"context"
-	"errors"
 	"time"
 
 	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/reinhq/rein"
 	"github.com/reinhq/rein/store"
 )
 
 const runColumns = `owner, session_id, id, status, reason, error, input, client_id, queue_order, deadline,
-	instance, input_tokens, output_tokens, created_at, started_at, ended_at`
+	instance, input_tokens, output_tokens, created_at, started_at, ended_at, resumes, stop, rolled_back`
 
 func scanRun(row pgx.Row) (*store.RunRecord, error) {
 	var (
@@ -23,7 +21,8 @@ func scanRun(row pgx.Row) (*store.RunRecord, error) {
 		deadline, started, ended *time.Time
 	)
 	if err := row.Scan(&r.Owner, &r.SessionID, &r.ID, &status, &reason, &r.Error, &r.Input, &clientID, &r.QueueOrder,
-		&deadline, &r.Instance, &r.Usage.InputTokens, &r.Usage.OutputTokens, &r.CreatedAt, &started, &ended); err != nil {
+		&deadline, &r.Instance, &r.Usage.InputTokens, &r.Usage.OutputTokens, &r.CreatedAt, &started, &ended,
+		&r.Resumes, &r.Stop, &r.RolledBack); err != nil {
 		return nil, err
 	}
 	r.Status, r.Reason = rein.RunStatus(status), rein.Reason(reason)
@@ -37,9 +36,21 @@ func scanRun(row pgx.Row) (*store.RunRecord, error) {
 
 // CreateRun stores a run record.
 func (s *Store) CreateRun(ctx context.Context, r *store.RunRecord) error {
-	if err := s.checkOpen(); err != nil {
-		return err
-	}
+	return s.write(ctx, r.Key(), func(w sender) error { return createRun(w, r, s.now()) })
+}
+
+// insertRunSQL inserts a run unless its id or client id is taken. DO
+// NOTHING rather than a unique violation, because inside an Update a
+// failed statement would abort the whole transaction, and a caller that
+// meets a taken client id wants to go on and read that run.
+const insertRunSQL = `INSERT INTO runs (` + runColumns + `)
+	VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18, $19)
+	ON CONFLICT DO NOTHING
+	RETURNING 1`
+
+// createRun is CreateRun, for the public method and Tx alike; now stamps a
+// zero CreatedAt.
+func createRun(q sender, r *store.RunRecord, now time.Time) error {
 	if r.ID == "" {
 		return rein.InvalidArgument("id", "run id is empty")
 	}
@@ -47,64 +58,92 @@ func (s *Store) CreateRun(ctx context.Context, r *store.RunRecord) error {
 		return rein.InvalidArgument("status", "unknown run status %q", r.Status)
 	}
 	if r.CreatedAt.IsZero() {
-		r.CreatedAt = s.now()
+		r.CreatedAt = now
 	} else {
 		r.CreatedAt = dbTime(r.CreatedAt)
 	}
 	r.Deadline, r.StartedAt, r.EndedAt = fromNullTime(nullTime(r.Deadline)), fromNullTime(nullTime(r.StartedAt)), fromNullTime(nullTime(r.EndedAt))
-	octx, cancel := s.opContext(ctx)
-	defer cancel()
-	_, err := s.pool.Exec(octx, `INSERT INTO runs (`+runColumns+`)
-		VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16)`,
+	var inserted bool
+	b := &pgx.Batch{}
+	queryRow(b, scanInt, new(int64), &inserted, insertRunSQL,
 		r.Owner, r.SessionID, r.ID, string(r.Status), string(r.Reason), r.Error, r.Input, nullString(r.ClientID), r.QueueOrder,
-		nullTime(r.Deadline), r.Instance, r.Usage.InputTokens, r.Usage.OutputTokens, r.CreatedAt, nullTime(r.StartedAt), nullTime(r.EndedAt))
-	if err == nil {
+		nullTime(r.Deadline), r.Instance, r.Usage.InputTokens, r.Usage.OutputTokens, r.CreatedAt, nullTime(r.StartedAt), nullTime(r.EndedAt),
+		r.Resumes, r.Stop, r.RolledBack)
+	if err := q.send("create run", b); err != nil {
+		return err
+	}
+	if inserted {
 		return nil
 	}
-	var pe *pgconn.PgError
-	isPg := errors.As(err, &pe)
-	err = s.fail(ctx, octx, "create run", err)
-	switch {
-	case isPg && pe.Code == "23505" && pe.ConstraintName == "runs_by_client_id":
-		return rein.Errorf(rein.CodeConflict, "run with client id %q already exists in session %s", r.ClientID, r.SessionID)
-	case isPg && pe.Code == "23505":
-		return rein.Errorf(rein.CodeConflict, "run %s already exists", r.ID)
-	case isPg && pe.Code == "23503":
-		return errSessionNotFound
+	// Refused: say which key is taken. DO NOTHING waited for a concurrent
+	// insert of the key to commit, so the taken one is visible now.
+	var idTaken bool
+	b = &pgx.Batch{}
+	queryRow(b, scanBool, &idTaken, nil, `SELECT EXISTS (SELECT 1 FROM runs WHERE id = $1)`, r.ID)
+	if err := q.send("create run", b); err != nil {
+		return err
 	}
-	return err
+	if idTaken || r.ClientID == "" {
+		return rein.Errorf(rein.CodeConflict, "run %s already exists", r.ID)
+	}
+	return rein.Errorf(rein.CodeConflict, "run with client id %q already exists in session %s", r.ClientID, r.SessionID)
+}
+
+func scanInt(row pgx.Row) (int64, error) {
+	var v int64
+	err := row.Scan(&v)
+	return v, err
+}
+
+func scanBool(row pgx.Row) (bool, error) {
+	var v bool
+	err := row.Scan(&v)
+	return v, err
 }
 
 // updateRunSQL applies a RunUpdate to a run that is not terminal, in one
 // statement that also checks the fence (as for events: the lease row is
 // share-locked so the check holds until commit). Zero fields keep the stored
-// value. No row means: missing run, terminal run, or stale fence.
+// value, exactly as store.RunUpdate.Apply does (TestUpdateRunMatchesApply
+// holds the two together). No row means: missing run, terminal run, or
+// stale fence.
 const updateRunSQL = `
 WITH lease AS (
-    SELECT 1 FROM leases WHERE owner = $1 AND session_id = $2 AND token = $4 FOR SHARE
+    SELECT 1 FROM leases WHERE owner = $1 AND session_id = $2 AND token = $4::bigint FOR SHARE
 )
 UPDATE runs SET
-    status        = coalesce(nullif($5, ''), status),
-    reason        = coalesce(nullif($6, ''), reason),
-    error         = coalesce(nullif($7, ''), error),
-    queue_order   = coalesce($8, queue_order),
-    instance      = coalesce(nullif($9, ''), instance),
-    input_tokens  = coalesce($10, input_tokens),
-    output_tokens = coalesce($11, output_tokens),
-    started_at    = coalesce($12, started_at),
-    ended_at      = coalesce($13, ended_at)
+    status        = coalesce(nullif($5::text, ''), status),
+    reason        = coalesce(nullif($6::text, ''), reason),
+    error         = coalesce(nullif($7::text, ''), error),
+    queue_order   = coalesce($8::bigint, queue_order),
+    instance      = coalesce(nullif($9::text, ''), instance),
+    input_tokens  = coalesce($10::bigint, input_tokens),
+    output_tokens = coalesce($11::bigint, output_tokens),
+    started_at    = coalesce($12::timestamptz, started_at),
+    ended_at      = coalesce($13::timestamptz, ended_at),
+    resumes       = coalesce($14::integer, resumes),
+    stop          = coalesce(nullif($15::text, ''), stop),
+    rolled_back   = rolled_back OR $16::boolean
 WHERE owner = $1 AND session_id = $2 AND id = $3
   AND status NOT IN ('COMPLETED', 'FAILED', 'CANCELLED')
-  AND ($4 = 0 OR EXISTS (SELECT 1 FROM lease))
+  AND ($4::bigint = 0 OR EXISTS (SELECT 1 FROM lease))
 RETURNING ` + runColumns
 
 // UpdateRun applies u to a run that is not terminal. Concurrent updates are
 // serialised by the row lock, and a terminal status, once committed, fails
 // every later update: the first terminal update wins across processes.
 func (s *Store) UpdateRun(ctx context.Context, key rein.SessionKey, fence store.Fence, runID string, u store.RunUpdate) (*store.RunRecord, error) {
-	if err := s.checkOpen(); err != nil {
-		return nil, err
-	}
+	var r *store.RunRecord
+	err := s.write(ctx, key, func(w sender) (err error) {
+		r, err = updateRun(w, key, fence.Token, runID, u)
+		return err
+	})
+	return r, err
+}
+
+// updateRun is UpdateRun, for the public method and Tx alike (a Tx passes
+// fence 0: its Update checked the fence and holds it).
+func updateRun(q sender, key rein.SessionKey, fence int64, runID string, u store.RunUpdate) (*store.RunRecord, error) {
 	if u.Status != "" && !u.Status.Valid() {
 		return nil, rein.InvalidArgument("status", "unknown run status %q", u.Status)
 	}
@@ -112,54 +151,62 @@ func (s *Store) UpdateRun(ctx context.Context, key rein.SessionKey, fence store.
 	if u.Usage != nil {
 		in, out = &u.Usage.InputTokens, &u.Usage.OutputTokens
 	}
-	octx, cancel := s.opContext(ctx)
-	defer cancel()
-	r, err := scanRun(s.pool.QueryRow(octx, updateRunSQL, key.Owner, key.ID, runID, fence.Token,
-		string(u.Status), string(u.Reason), u.Error, u.QueueOrder, u.Instance, in, out, nullTime(u.StartedAt), nullTime(u.EndedAt)))
-	if err == nil {
+	var (
+		r       *store.RunRecord
+		updated bool
+	)
+	b := &pgx.Batch{}
+	queryRow(b, scanRun, &r, &updated, updateRunSQL, key.Owner, key.ID, runID, fence,
+		string(u.Status), string(u.Reason), u.Error, u.QueueOrder, u.Instance, in, out, nullTime(u.StartedAt), nullTime(u.EndedAt),
+		u.Resumes, u.Stop, u.RolledBack)
+	if err := q.send("update run", b); err != nil {
+		return nil, err
+	}
+	if updated {
 		return r, nil
 	}
-	if !errors.Is(err, pgx.ErrNoRows) {
-		return nil, s.fail(ctx, octx, "update run", err)
-	}
 	// Refused: say why, checking in the order the contract ranks the
-	// reasons (missing session, stale fence, missing run, ended run).
+	// reasons (stale fence, missing run, ended run; the sender reported a
+	// missing session).
 	var (
-		exists, holds bool
-		status        *string
+		holds bool
+		cur   *store.RunRecord
+		found bool
 	)
-	err = s.pool.QueryRow(octx, `SELECT
-		EXISTS (SELECT 1 FROM sessions WHERE owner = $1 AND id = $2),
-		EXISTS (SELECT 1 FROM leases WHERE owner = $1 AND session_id = $2 AND token = $3),
-		(SELECT status FROM runs WHERE owner = $1 AND session_id = $2 AND id = $4)`,
-		key.Owner, key.ID, fence.Token, runID).Scan(&exists, &holds, &status)
+	b = &pgx.Batch{}
+	queryRow(b, scanBool, &holds, nil, `SELECT EXISTS (SELECT 1 FROM leases WHERE owner = $1 AND session_id = $2 AND token = $3)`,
+		key.Owner, key.ID, fence)
+	queryRow(b, scanRun, &cur, &found, `SELECT `+runColumns+` FROM runs WHERE owner = $1 AND session_id = $2 AND id = $3`,
+		key.Owner, key.ID, runID)
+	if err := q.send("update run", b); err != nil {
+		return nil, err
+	}
 	switch {
-	case err != nil:
-		return nil, s.fail(ctx, octx, "update run", err)
-	case !exists:
-		return nil, errSessionNotFound
-	case fence.Token != 0 && !holds:
+	case fence != 0 && !holds:
 		return nil, errLeaseLost
-	case status == nil:
-		return nil, errRunNotFound
-	case rein.RunStatus(*status).Terminal():
-		cur, err := s.GetRun(ctx, key, runID)
-		if err != nil {
-			return nil, err
-		}
+	case found && cur.Status.Terminal():
 		return cur, rein.Errorf(rein.CodeConflict, "run %s has already ended (%s)", runID, cur.Status)
 	}
-	// The run was created, or the lease taken, after the update looked:
+	// Missing — or created, or the lease taken, after the update looked:
 	// at that moment there was nothing it could update.
 	return nil, errRunNotFound
 }
 
 var errRunNotFound = rein.Errorf(rein.CodeNotFound, "run not found")
 
+const (
+	getRunSQL         = `SELECT ` + runColumns + ` FROM runs WHERE owner = $1 AND session_id = $2 AND id = $3`
+	getRunByClientSQL = `SELECT ` + runColumns + ` FROM runs WHERE owner = $1 AND session_id = $2 AND client_id = $3`
+)
+
 // GetRun returns one run of the session.
 func (s *Store) GetRun(ctx context.Context, key rein.SessionKey, runID string) (*store.RunRecord, error) {
-	return s.getRun(ctx, "get run", `SELECT `+runColumns+` FROM runs WHERE owner = $1 AND session_id = $2 AND id = $3`,
-		key.Owner, key.ID, runID)
+	var r *store.RunRecord
+	err := s.plain(ctx, func(q sender) (err error) {
+		r, err = getRun(q, getRunSQL, key, runID)
+		return err
+	})
+	return r, err
 }
 
 // GetRunByClientID returns the session's run with that client id.
@@ -167,22 +214,27 @@ func (s *Store) GetRunByClientID(ctx context.Context, key rein.SessionKey, clien
 	if clientID == "" {
 		return nil, errRunNotFound
 	}
-	return s.getRun(ctx, "get run", `SELECT `+runColumns+` FROM runs WHERE owner = $1 AND session_id = $2 AND client_id = $3`,
-		key.Owner, key.ID, clientID)
+	var r *store.RunRecord
+	err := s.plain(ctx, func(q sender) (err error) {
+		r, err = getRun(q, getRunByClientSQL, key, clientID)
+		return err
+	})
+	return r, err
 }
 
-func (s *Store) getRun(ctx context.Context, op, query string, args ...any) (*store.RunRecord, error) {
-	if err := s.checkOpen(); err != nil {
+// getRun reads one run by query (getRunSQL or getRunByClientSQL).
+func getRun(q sender, query string, key rein.SessionKey, arg string) (*store.RunRecord, error) {
+	var (
+		r     *store.RunRecord
+		found bool
+	)
+	b := &pgx.Batch{}
+	queryRow(b, scanRun, &r, &found, query, key.Owner, key.ID, arg)
+	if err := q.send("get run", b); err != nil {
 		return nil, err
 	}
-	octx, cancel := s.opContext(ctx)
-	defer cancel()
-	r, err := scanRun(s.pool.QueryRow(octx, query, args...))
-	if errors.Is(err, pgx.ErrNoRows) {
+	if !found {
 		return nil, errRunNotFound
-	}
-	if err != nil {
-		return nil, s.fail(ctx, octx, op, err)
 	}
 	return r, nil
 }

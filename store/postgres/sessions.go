@@ -11,6 +11,7 @@ import (
 
 	"github.com/reinhq/rein"
 	"github.com/reinhq/rein/store"
+	"github.com/reinhq/rein/store/internal/histcodec"
 )
 
 // CreateSession stores the session and its (empty) event counter in one
@@ -164,113 +165,102 @@ func (s *Store) SetSystem(ctx context.Context, key rein.SessionKey, system *stri
 
 // ----------------------------------------------------------------- history
 
-// storedCall is a tool call as the history table keeps it. A model may
-// produce a tool input that is not valid JSON; such an input cannot sit in
-// a json column as is, so it is kept as bytes (base64) beside the call.
-type storedCall struct {
-	ID       string          `json:"id"`
-	Name     string          `json:"name"`
-	Input    json.RawMessage `json:"input,omitempty"`
-	RawInput []byte          `json:"raw_input,omitempty"`
-}
+// History messages are stored as store/internal/histcodec encodes them:
+// one codec with the SQLite backend. It reads every row written before
+// (raw_input without the invalid flag included).
+var (
+	encodeMessage = histcodec.Encode
+	decodeMessage = histcodec.Decode
+)
 
-// storedMessage is rein.Message with storedCalls.
-type storedMessage struct {
-	Role       rein.Role    `json:"role"`
-	Text       string       `json:"text,omitempty"`
-	ToolCalls  []storedCall `json:"tool_calls,omitempty"`
-	ToolCallID string       `json:"tool_call_id,omitempty"`
-	ToolName   string       `json:"tool_name,omitempty"`
-	IsError    bool         `json:"is_error,omitempty"`
-	Partial    bool         `json:"partial,omitempty"`
-	Hint       *rein.Hint   `json:"hint,omitempty"`
-	RunID      string       `json:"run_id,omitempty"`
-	Step       int          `json:"step,omitempty"`
-}
-
-func encodeMessage(m rein.Message) ([]byte, error) {
-	sm := storedMessage{Role: m.Role, Text: m.Text, ToolCallID: m.ToolCallID, ToolName: m.ToolName,
-		IsError: m.IsError, Partial: m.Partial, Hint: m.Hint, RunID: m.RunID, Step: m.Step}
-	for _, c := range m.ToolCalls {
-		sc := storedCall{ID: c.ID, Name: c.Name}
-		if json.Valid(c.Input) {
-			sc.Input = c.Input
-		} else {
-			sc.RawInput = c.Input
-		}
-		sm.ToolCalls = append(sm.ToolCalls, sc)
-	}
-	return json.Marshal(sm)
-}
-
-func decodeMessage(b []byte) (rein.Message, error) {
-	var sm storedMessage
-	if err := json.Unmarshal(b, &sm); err != nil {
-		return rein.Message{}, err
-	}
-	m := rein.Message{Role: sm.Role, Text: sm.Text, ToolCallID: sm.ToolCallID, ToolName: sm.ToolName,
-		IsError: sm.IsError, Partial: sm.Partial, Hint: sm.Hint, RunID: sm.RunID, Step: sm.Step}
-	for _, sc := range sm.ToolCalls {
-		c := rein.ToolCall{ID: sc.ID, Name: sc.Name, Input: sc.Input}
-		if sc.RawInput != nil {
-			c.Input = json.RawMessage(sc.RawInput)
-		}
-		m.ToolCalls = append(m.ToolCalls, c)
-	}
-	return m, nil
-}
-
-// AppendHistory appends msgs to the transcript in one transaction, after
-// checking the session and the fence in that same transaction.
+// AppendHistory appends msgs to the transcript in one pipelined implicit
+// transaction (one round trip): a statement that checks the session and
+// the fence, locking both rows, then the insert, which writes nothing
+// unless the fence holds.
 func (s *Store) AppendHistory(ctx context.Context, key rein.SessionKey, fence store.Fence, msgs []rein.Message) error {
 	if err := s.checkOpen(); err != nil {
 		return err
 	}
+	enc, err := encodeHistory(msgs)
+	if err != nil {
+		return err
+	}
+	octx, cancel := s.opContext(ctx)
+	defer cancel()
+	var checked, exists, holds bool
+	b := &pgx.Batch{}
+	// The session row lock keeps concurrent batches whole: each takes its
+	// transcript positions only once the previous has committed.
+	queueCheck(b, key, fence.Token, true, &checked, &exists, &holds)
+	queueHistory(b, key, fence.Token, enc)
+	err = s.pool.SendBatch(octx, b).Close()
+	switch {
+	case checked && !exists:
+		// The insert failed on the foreign key, or was never reached.
+		return errSessionNotFound
+	case err != nil:
+		return s.fail(ctx, octx, "append history", err)
+	case fence.Token != 0 && !holds:
+		return errLeaseLost
+	}
+	return nil
+}
+
+// encodeHistory encodes msgs for the history table's json column.
+func encodeHistory(msgs []rein.Message) ([]string, error) {
 	enc := make([]string, len(msgs))
 	for i, m := range msgs {
 		b, err := encodeMessage(m)
 		if err != nil {
-			return rein.Errorf(rein.CodeInvalidArgument, "history message %d: %w", i, err)
+			return nil, rein.Errorf(rein.CodeInvalidArgument, "history message %d: %w", i, err)
 		}
 		enc[i] = string(b)
 	}
-	return s.inTx(ctx, "append history", func(ctx context.Context, tx pgx.Tx) error {
-		// The session row lock keeps concurrent batches whole: each takes
-		// its transcript positions only once the previous has committed.
-		if err := checkSessionAndFence(ctx, tx, key, fence, true); err != nil {
-			return err
-		}
-		if len(enc) == 0 {
-			return nil
-		}
-		// ORDER BY ord makes the identity values (the transcript order)
-		// follow the slice order.
-		_, err := tx.Exec(ctx, `INSERT INTO history (owner, session_id, msg)
-			SELECT $1, $2, m.msg::json FROM unnest($3::text[]) WITH ORDINALITY AS m(msg, ord) ORDER BY m.ord`,
-			key.Owner, key.ID, enc)
-		return err
-	})
+	return enc, nil
+}
+
+// queueHistory queues the insert of encoded messages, for AppendHistory and
+// an Update's commit alike. It inserts nothing if fence is set and is not
+// the session's lease token (the caller has share-locked that row, so the
+// answer holds until commit). ORDER BY ord makes the identity values (the
+// transcript order) follow the slice order.
+func queueHistory(b *pgx.Batch, key rein.SessionKey, fence int64, enc []string) {
+	if len(enc) == 0 {
+		return
+	}
+	b.Queue(`INSERT INTO history (owner, session_id, msg)
+		SELECT $1, $2, m.msg::json FROM unnest($3::text[]) WITH ORDINALITY AS m(msg, ord)
+		WHERE $4::bigint = 0 OR EXISTS (SELECT 1 FROM leases WHERE owner = $1 AND session_id = $2 AND token = $4::bigint)
+		ORDER BY m.ord`,
+		key.Owner, key.ID, enc, fence)
 }
 
 // LoadHistory returns the session's transcript in order.
 func (s *Store) LoadHistory(ctx context.Context, key rein.SessionKey) ([]rein.Message, error) {
 	out := []rein.Message{}
 	err := s.queryInSession(ctx, "load history", key, func(rows pgx.Rows) error {
-		var raw []byte
-		if err := rows.Scan(&raw); err != nil {
-			return err
-		}
-		m, err := decodeMessage(raw)
+		m, err := scanMessage(rows)
 		if err != nil {
 			return err
 		}
 		out = append(out, m)
 		return nil
-	}, `SELECT msg FROM history WHERE owner = $1 AND session_id = $2 ORDER BY pos`, key.Owner, key.ID)
+	}, loadHistorySQL, key.Owner, key.ID)
 	if err != nil {
 		return nil, err
 	}
 	return out, nil
+}
+
+const loadHistorySQL = `SELECT msg FROM history WHERE owner = $1 AND session_id = $2 ORDER BY pos`
+
+// scanMessage reads one message of loadHistorySQL.
+func scanMessage(row pgx.Row) (rein.Message, error) {
+	var raw []byte
+	if err := row.Scan(&raw); err != nil {
+		return rein.Message{}, err
+	}
+	return decodeMessage(raw)
 }
 
 // queryInSession runs query, handing each row to scan, and fails with not
@@ -311,41 +301,39 @@ func (s *Store) queryInSession(ctx context.Context, op string, key rein.SessionK
 	return nil
 }
 
-// checkSessionAndFence fails with not found if the session is missing, and
-// with lease lost if fence is set but is not the session's current lease
-// token. A matching lease row is share-locked until the transaction ends, so
-// no takeover can commit in between: the fenced write and the check are one.
-// With lockSession it also locks the session row until the transaction
-// ends, serialising writers that must not interleave (history batches).
-func checkSessionAndFence(ctx context.Context, tx pgx.Tx, key rein.SessionKey, fence store.Fence, lockSession bool) error {
-	sessionCheck := `EXISTS (SELECT 1 FROM sessions WHERE owner = $1 AND id = $2)`
+// checkSessionAndFenceSQL returns a row (true, fence holds) for ($1 owner,
+// $2 id, $3 fence), or no row if the session is missing. A matching lease
+// row is share-locked until the transaction ends, so no takeover can commit
+// in between: the fenced write and the check are one. With lockSession it
+// also locks the session row until the transaction ends, serialising
+// writers that must not interleave (history batches); the lateral join
+// makes that lock come first, as the global lock order wants (session row,
+// lease row, counter row).
+func checkSessionAndFenceSQL(lockSession bool) string {
+	lock := ""
 	if lockSession {
-		// NO KEY UPDATE: blocks other history appends (and SetSystem) but
-		// not the key-share locks of foreign key checks.
-		sessionCheck = `EXISTS (SELECT 1 FROM sessions WHERE owner = $1 AND id = $2 FOR NO KEY UPDATE)`
+		// NO KEY UPDATE: blocks other history appends, SetSystem and
+		// Updates, but not the key-share locks of foreign key checks.
+		lock = "FOR NO KEY UPDATE"
 	}
-	var exists, holds bool
-	err := tx.QueryRow(ctx, `SELECT `+sessionCheck+`,
-		EXISTS (SELECT 1 FROM leases WHERE owner = $1 AND session_id = $2 AND token = $3 FOR SHARE)`,
-		key.Owner, key.ID, fence.Token).Scan(&exists, &holds)
-	switch {
-	case err != nil:
-		return err
-	case !exists:
-		return errSessionNotFound
-	case fence.Token != 0 && !holds:
-		return errLeaseLost
-	}
-	return nil
+	return `SELECT true, l.token IS NOT NULL
+		FROM (SELECT owner, id FROM sessions WHERE owner = $1 AND id = $2 ` + lock + `) s
+		LEFT JOIN LATERAL (
+			SELECT token FROM leases WHERE owner = s.owner AND session_id = s.id AND token = $3::bigint FOR SHARE
+		) l ON true`
 }
 
-// inTx runs fn in a transaction bounded by the store's Timeout and
-// classifies what it returns.
-func (s *Store) inTx(ctx context.Context, op string, fn func(ctx context.Context, tx pgx.Tx) error) error {
-	octx, cancel := s.opContext(ctx)
-	defer cancel()
-	err := pgx.BeginFunc(octx, s.pool, func(tx pgx.Tx) error { return fn(octx, tx) })
-	return s.fail(ctx, octx, op, err)
+// queueCheck queues checkSessionAndFenceSQL; *checked is set once it has
+// answered.
+func queueCheck(b *pgx.Batch, key rein.SessionKey, fence int64, lockSession bool, checked, exists, holds *bool) {
+	b.Queue(checkSessionAndFenceSQL(lockSession), key.Owner, key.ID, fence).QueryRow(func(row pgx.Row) error {
+		err := row.Scan(exists, holds)
+		if errors.Is(err, pgx.ErrNoRows) {
+			err = nil
+		}
+		*checked = err == nil
+		return err
+	})
 }
 
 // jsonOrEmpty validates client JSON, defaulting empty to {}: it goes into a

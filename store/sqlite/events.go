@@ -10,39 +10,69 @@ import (
 	"github.com/reinhq/rein"
 	"github.com/reinhq/rein/internal/id"
 	"github.com/reinhq/rein/store"
+	"github.com/reinhq/rein/store/internal/histcodec"
 )
 
 // ------------------------------------------------------------------ history
 
-// AppendHistory implements store.History.
+// AppendHistory implements store.History. The messages are encoded
+// before they reach the writer, which then only inserts.
 func (s *Store) AppendHistory(ctx context.Context, key rein.SessionKey, fence store.Fence, msgs []rein.Message) error {
-	encoded := make([]string, len(msgs))
-	for i, m := range msgs {
-		b, err := encodeMessage(m)
-		if err != nil {
-			return rein.Errorf(rein.CodeInvalidArgument, "history message %d: %w", i, err)
-		}
-		encoded[i] = string(b)
+	encoded, err := encodeHistory(msgs)
+	if err != nil {
+		return err
 	}
 	return s.write(ctx, "appending history", func(tx *wtx) error {
 		si, err := tx.fenced(key, fence)
 		if err != nil {
 			return err
 		}
-		n := si.histLen
-		if n < 0 {
-			if err := tx.queryRow(`SELECT count(*) FROM history WHERE session_pk = ?`, si.pk).Scan(&n); err != nil {
-				return err
-			}
-		}
-		for i, m := range encoded {
-			if _, err := tx.exec(`INSERT INTO history (session_pk, idx, message) VALUES (?, ?, ?)`, si.pk, n+int64(i), m); err != nil {
-				return err
-			}
-		}
-		si.histLen = n + int64(len(encoded))
-		return nil
+		return tx.appendHistory(si, encoded)
 	})
+}
+
+func encodeHistory(msgs []rein.Message) ([]string, error) {
+	encoded := make([]string, len(msgs))
+	for i, m := range msgs {
+		b, err := histcodec.Encode(m)
+		if err != nil {
+			return nil, rein.Errorf(rein.CodeInvalidArgument, "history message %d: %w", i, err)
+		}
+		encoded[i] = string(b)
+	}
+	return encoded, nil
+}
+
+// appendHistory is the one implementation of a history append, for
+// AppendHistory and Tx.AppendHistory.
+func (tx *wtx) appendHistory(si *sessInfo, encoded []string) error {
+	if len(encoded) == 0 {
+		return nil
+	}
+	n := si.histLen
+	if n < 0 {
+		if err := tx.queryRow(`SELECT count(*) FROM history WHERE session_pk = ?`, si.pk).Scan(&n); err != nil {
+			return err
+		}
+	}
+	for i, m := range encoded {
+		if _, err := tx.exec(`INSERT INTO history (session_pk, idx, message) VALUES (?, ?, ?)`, si.pk, n+int64(i), m); err != nil {
+			return err
+		}
+	}
+	tx.touch(si)
+	si.histLen = n + int64(len(encoded))
+	return nil
+}
+
+// history reads the transcript through the writer's connection, for
+// Tx.History: it sees the transaction's own appends.
+func (tx *wtx) history(key rein.SessionKey, si *sessInfo) ([]rein.Message, error) {
+	rows, err := tx.query(`SELECT message FROM history WHERE session_pk = ? ORDER BY idx`, si.pk)
+	if err != nil {
+		return nil, err
+	}
+	return tx.s.scanHistory(key, rows)
 }
 
 // LoadHistory implements store.History.
@@ -60,21 +90,30 @@ func (s *Store) LoadHistory(ctx context.Context, key rein.SessionKey) ([]rein.Me
 	if err != nil {
 		return nil, s.fail("loading history", err)
 	}
+	out, err := s.scanHistory(key, rows)
+	if err != nil {
+		return nil, s.fail("loading history", err)
+	}
+	return out, nil
+}
+
+// scanHistory decodes a transcript's rows and closes them.
+func (s *Store) scanHistory(key rein.SessionKey, rows *sql.Rows) ([]rein.Message, error) {
 	defer rows.Close()
 	out := []rein.Message{}
 	for rows.Next() {
 		var b []byte
 		if err := rows.Scan(&b); err != nil {
-			return nil, s.fail("loading history", err)
+			return nil, err
 		}
-		m, err := decodeMessage(b)
+		m, err := histcodec.Decode(b)
 		if err != nil {
 			return nil, rein.Errorf(rein.CodeInternal, "sqlite %s: history message %d of %s is unreadable: %w", s.file, len(out), key, err)
 		}
 		out = append(out, m)
 	}
 	if err := rows.Err(); err != nil {
-		return nil, s.fail("loading history", err)
+		return nil, err
 	}
 	return out, nil
 }
@@ -85,6 +124,34 @@ func (s *Store) LoadHistory(ctx context.Context, key rein.SessionKey) ([]rein.Me
 // returns: the writer answers only after the batch's COMMIT, and every
 // commit is synced (synchronous=FULL).
 func (s *Store) AppendEvents(ctx context.Context, key rein.SessionKey, fence store.Fence, evs []rein.Event) ([]rein.Event, error) {
+	out, err := prepareEvents(key, evs)
+	if err != nil {
+		return nil, err
+	}
+	// A batch of up to insertChunk events is one INSERT statement, which
+	// SQLite applies atomically on its own: the writer then needs no
+	// savepoint around it, one of the costs group commit is paid in.
+	write := s.write
+	if len(out) <= insertChunk {
+		write = s.writeAtomic
+	}
+	err = write(ctx, "appending events", func(tx *wtx) error {
+		si, err := tx.fenced(key, fence)
+		if err != nil {
+			return err
+		}
+		return tx.appendEvents(key, si, out)
+	})
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+// prepareEvents validates and copies evs and fills in what does not
+// depend on the log (session id, event id, normalised time), so the
+// writer only numbers and inserts them.
+func prepareEvents(key rein.SessionKey, evs []rein.Event) ([]rein.Event, error) {
 	out := make([]rein.Event, len(evs))
 	for i, e := range evs {
 		p, err := jsonOrEmpty("events["+strconv.Itoa(i)+"].payload", e.Payload)
@@ -99,46 +166,37 @@ func (s *Store) AppendEvents(ctx context.Context, key rein.SessionKey, fence sto
 		e.CreatedAt = norm(e.CreatedAt)
 		out[i] = e
 	}
-	// A batch of up to insertChunk events is one INSERT statement, which
-	// SQLite applies atomically on its own: the writer then needs no
-	// savepoint around it, one of the costs group commit is paid in.
-	write := s.write
-	if len(out) <= insertChunk {
-		write = s.writeAtomic
-	}
-	err := write(ctx, "appending events", func(tx *wtx) error {
-		si, err := tx.fenced(key, fence)
-		if err != nil {
-			return err
-		}
-		if len(out) == 0 {
-			return nil
-		}
-		seq := si.lastSeq
-		args := make([]any, 0, 7*min(len(out), insertChunk))
-		for i := range out {
-			e := &out[i]
-			seq++
-			e.Seq = seq
-			if e.CreatedAt.IsZero() {
-				e.CreatedAt = tx.now
-			}
-			args = append(args, si.pk, e.Seq, e.ID, e.RunID, string(e.Type), string(e.Payload), e.CreatedAt.UnixMicro())
-			if len(args) == cap(args) || i == len(out)-1 {
-				if _, err := tx.exec(insertEvents(len(args)/7), args...); err != nil {
-					return err
-				}
-				args = args[:0]
-			}
-		}
-		si.lastSeq = seq
-		tx.wake(key)
-		return nil
-	})
-	if err != nil {
-		return nil, err
-	}
 	return out, nil
+}
+
+// appendEvents is the one implementation of an event append, for
+// AppendEvents and Tx.AppendEvents: it numbers out after the session's
+// last seq, inserts them and asks for waiters to be woken at commit.
+func (tx *wtx) appendEvents(key rein.SessionKey, si *sessInfo, out []rein.Event) error {
+	if len(out) == 0 {
+		return nil
+	}
+	seq := si.lastSeq
+	args := make([]any, 0, 7*min(len(out), insertChunk))
+	for i := range out {
+		e := &out[i]
+		seq++
+		e.Seq = seq
+		if e.CreatedAt.IsZero() {
+			e.CreatedAt = tx.now
+		}
+		args = append(args, si.pk, e.Seq, e.ID, e.RunID, string(e.Type), string(e.Payload), e.CreatedAt.UnixMicro())
+		if len(args) == cap(args) || i == len(out)-1 {
+			if _, err := tx.exec(insertEvents(len(args)/7), args...); err != nil {
+				return err
+			}
+			args = args[:0]
+		}
+	}
+	tx.touch(si)
+	si.lastSeq = seq
+	tx.wake(key)
+	return nil
 }
 
 // insertChunk is the most events one INSERT statement carries; statements

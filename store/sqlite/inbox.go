@@ -3,6 +3,7 @@ package sqlite
 import (
 	"context"
 	"database/sql"
+	"encoding/json"
 	"errors"
 	"time"
 
@@ -38,31 +39,8 @@ func (s *Store) PushSupplement(ctx context.Context, in *store.Supplement) (*stor
 		if err != nil {
 			return err
 		}
-		if in.ID != "" {
-			prev, err := scanSupplement(key, tx.queryRow(`SELECT `+supplementColumns+` FROM supplements WHERE session_pk = ? AND id = ?`, si.pk, in.ID))
-			if err == nil {
-				out, created = prev, false
-				return nil
-			}
-			if !errors.Is(err, sql.ErrNoRows) {
-				return err
-			}
-		}
-		rec := store.Supplement{Owner: key.Owner, SessionID: key.ID, ID: in.ID, Text: in.Text, Source: in.Source,
-			Status: store.SupplementQueued, CreatedAt: norm(in.CreatedAt)}
-		if rec.ID == "" {
-			rec.ID = id.New(id.Supplement)
-		}
-		if rec.CreatedAt.IsZero() {
-			rec.CreatedAt = tx.now
-		}
-		_, err = tx.exec(`INSERT INTO supplements (session_pk, id, text, source, status, run_id, step, created_at)
-			VALUES (?, ?, ?, ?, ?, '', 0, ?)`, si.pk, rec.ID, rec.Text, rec.Source, string(rec.Status), rec.CreatedAt.UnixMicro())
-		if err != nil {
-			return err
-		}
-		out, created = &rec, true
-		return nil
+		out, created, err = tx.pushSupplement(key, si, in)
+		return err
 	})
 	if err != nil {
 		return nil, false, err
@@ -70,44 +48,125 @@ func (s *Store) PushSupplement(ctx context.Context, in *store.Supplement) (*stor
 	return out, created, nil
 }
 
+// pushSupplement is the one implementation of a push, for PushSupplement
+// and Tx.PushSupplement.
+func (tx *wtx) pushSupplement(key rein.SessionKey, si *sessInfo, in *store.Supplement) (*store.Supplement, bool, error) {
+	if in.ID != "" {
+		prev, err := scanSupplement(key, tx.queryRow(`SELECT `+supplementColumns+` FROM supplements WHERE session_pk = ? AND id = ?`, si.pk, in.ID))
+		if err == nil {
+			return prev, false, nil
+		}
+		if !errors.Is(err, sql.ErrNoRows) {
+			return nil, false, err
+		}
+	}
+	rec := store.Supplement{Owner: key.Owner, SessionID: key.ID, ID: in.ID, Text: in.Text, Source: in.Source,
+		Status: store.SupplementQueued, CreatedAt: norm(in.CreatedAt)}
+	if rec.ID == "" {
+		rec.ID = id.New(id.Supplement)
+	}
+	if rec.CreatedAt.IsZero() {
+		rec.CreatedAt = tx.now
+	}
+	_, err := tx.exec(`INSERT INTO supplements (session_pk, id, text, source, status, run_id, step, created_at)
+		VALUES (?, ?, ?, ?, ?, '', 0, ?)`, si.pk, rec.ID, rec.Text, rec.Source, string(rec.Status), rec.CreatedAt.UnixMicro())
+	if err != nil {
+		return nil, false, err
+	}
+	return &rec, true, nil
+}
+
 // ConsumeSupplements implements store.Inbox. Every write goes through the
 // one writer, so two consumers can never both see a supplement queued.
 func (s *Store) ConsumeSupplements(ctx context.Context, key rein.SessionKey, runID string, step int) ([]*store.Supplement, error) {
 	var out []*store.Supplement
 	err := s.write(ctx, "consuming supplements", func(tx *wtx) error {
-		out = []*store.Supplement{}
 		si, err := tx.session(key)
 		if err != nil {
 			return err
 		}
-		rows, err := tx.query(`SELECT `+supplementColumns+` FROM supplements WHERE session_pk = ? AND status = 'queued' ORDER BY pk`, si.pk)
-		if err != nil {
+		if out, err = tx.queuedSupplements(key, si); err != nil {
 			return err
 		}
-		for rows.Next() {
-			sup, err := scanSupplement(key, rows)
-			if err != nil {
-				rows.Close()
-				return err
-			}
+		ids := make([]string, len(out))
+		for i, sup := range out {
+			ids[i] = sup.ID
 			sup.Status, sup.RunID, sup.Step, sup.ConsumedAt = store.SupplementConsumed, runID, step, tx.now
-			out = append(out, sup)
 		}
-		rows.Close()
-		if err := rows.Err(); err != nil {
-			return err
-		}
-		if len(out) == 0 {
-			return nil
-		}
-		_, err = tx.exec(`UPDATE supplements SET status = 'consumed', run_id = ?, step = ?, consumed_at = ?
-			WHERE session_pk = ? AND status = 'queued'`, runID, step, tx.now.UnixMicro(), si.pk)
-		return err
+		return tx.consumeSupplements(si, ids, runID, step)
 	})
 	if err != nil {
 		return nil, err
 	}
 	return out, nil
+}
+
+// queuedSupplements reads the session's queued supplements in push order
+// through the writer's connection.
+func (tx *wtx) queuedSupplements(key rein.SessionKey, si *sessInfo) ([]*store.Supplement, error) {
+	rows, err := tx.query(`SELECT `+supplementColumns+` FROM supplements WHERE session_pk = ? AND status = 'queued' ORDER BY pk`, si.pk)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	out := []*store.Supplement{}
+	for rows.Next() {
+		sup, err := scanSupplement(key, rows)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, sup)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+// consumeSupplements is the one implementation of consumption, for
+// ConsumeSupplements and Tx.ConsumeSupplements. Every id is checked before
+// any is marked, so a refusal writes nothing; an id named twice is refused
+// like one already consumed. The ids travel as one JSON array, so the
+// statements are prepared once whatever their number.
+func (tx *wtx) consumeSupplements(si *sessInfo, ids []string, runID string, step int) error {
+	if len(ids) == 0 {
+		return nil
+	}
+	list, err := json.Marshal(ids)
+	if err != nil {
+		return err
+	}
+	rows, err := tx.query(`SELECT id, status FROM supplements WHERE session_pk = ? AND id IN (SELECT value FROM json_each(?))`, si.pk, string(list))
+	if err != nil {
+		return err
+	}
+	status := make(map[string]string, len(ids))
+	for rows.Next() {
+		var supID, st string
+		if err := rows.Scan(&supID, &st); err != nil {
+			rows.Close()
+			return err
+		}
+		status[supID] = st
+	}
+	rows.Close()
+	if err := rows.Err(); err != nil {
+		return err
+	}
+	seen := make(map[string]bool, len(ids))
+	for _, supID := range ids {
+		st, found := status[supID]
+		switch {
+		case !found:
+			return notFound("supplement")
+		case st != string(store.SupplementQueued) || seen[supID]:
+			return rein.Errorf(rein.CodeConflict, "supplement %q is not queued", supID)
+		}
+		seen[supID] = true
+	}
+	_, err = tx.exec(`UPDATE supplements SET status = 'consumed', run_id = ?, step = ?, consumed_at = ?
+		WHERE session_pk = ? AND id IN (SELECT value FROM json_each(?))`, runID, step, tx.now.UnixMicro(), si.pk, string(list))
+	return err
 }
 
 // PendingSupplements implements store.Inbox.
@@ -164,40 +223,55 @@ func scanConfirmation(key rein.SessionKey, sc interface{ Scan(...any) error }) (
 
 // CreateConfirmation implements store.Confirmations.
 func (s *Store) CreateConfirmation(ctx context.Context, c *store.Confirmation) error {
-	if c.ToolUseID == "" {
-		return rein.InvalidArgument("tool_use_id", "tool use id is empty")
+	rec, err := prepareConfirmation(c)
+	if err != nil {
+		return err
 	}
 	key := rein.SessionKey{Owner: c.Owner, ID: c.SessionID}
-	rec := *c
-	rec.Input = append([]byte(nil), c.Input...)
-	if c.Input != nil && rec.Input == nil {
-		rec.Input = []byte{}
-	}
-	rec.State, rec.DenyMessage, rec.ResolvedAt, rec.CreatedAt = store.ConfirmationPending, "", time.Time{}, norm(c.CreatedAt)
-	err := s.write(ctx, "creating confirmation", func(tx *wtx) error {
+	err = s.write(ctx, "creating confirmation", func(tx *wtx) error {
 		si, err := tx.session(key)
 		if err != nil {
 			return err
 		}
-		var n int
-		if err := tx.queryRow(`SELECT count(*) FROM confirmations WHERE session_pk = ? AND tool_use_id = ?`, si.pk, rec.ToolUseID).Scan(&n); err != nil {
-			return err
-		}
-		if n > 0 {
-			return rein.Errorf(rein.CodeConflict, "confirmation for tool call %q already exists", rec.ToolUseID)
-		}
-		if rec.CreatedAt.IsZero() {
-			rec.CreatedAt = tx.now
-		}
-		_, err = tx.exec(`INSERT INTO confirmations (session_pk, run_id, tool_use_id, name, input, state, deny_message, created_at)
-			VALUES (?, ?, ?, ?, ?, ?, '', ?)`, si.pk, rec.RunID, rec.ToolUseID, rec.Name, rec.Input, string(rec.State), rec.CreatedAt.UnixMicro())
-		return err
+		return tx.createConfirmation(si, &rec)
 	})
 	if err != nil {
 		return err
 	}
 	*c = rec
 	return nil
+}
+
+// prepareConfirmation validates c and returns the pending record to store.
+func prepareConfirmation(c *store.Confirmation) (store.Confirmation, error) {
+	if c.ToolUseID == "" {
+		return store.Confirmation{}, rein.InvalidArgument("tool_use_id", "tool use id is empty")
+	}
+	rec := *c
+	rec.Input = append([]byte(nil), c.Input...)
+	if c.Input != nil && rec.Input == nil {
+		rec.Input = []byte{}
+	}
+	rec.State, rec.DenyMessage, rec.ResolvedAt, rec.CreatedAt = store.ConfirmationPending, "", time.Time{}, norm(c.CreatedAt)
+	return rec, nil
+}
+
+// createConfirmation is the one implementation of a confirmation's
+// creation, for CreateConfirmation and Tx.CreateConfirmation.
+func (tx *wtx) createConfirmation(si *sessInfo, rec *store.Confirmation) error {
+	var n int
+	if err := tx.queryRow(`SELECT count(*) FROM confirmations WHERE session_pk = ? AND tool_use_id = ?`, si.pk, rec.ToolUseID).Scan(&n); err != nil {
+		return err
+	}
+	if n > 0 {
+		return rein.Errorf(rein.CodeConflict, "confirmation for tool call %q already exists", rec.ToolUseID)
+	}
+	if rec.CreatedAt.IsZero() {
+		rec.CreatedAt = tx.now
+	}
+	_, err := tx.exec(`INSERT INTO confirmations (session_pk, run_id, tool_use_id, name, input, state, deny_message, created_at)
+		VALUES (?, ?, ?, ?, ?, ?, '', ?)`, si.pk, rec.RunID, rec.ToolUseID, rec.Name, rec.Input, string(rec.State), rec.CreatedAt.UnixMicro())
+	return err
 }
 
 // ResolveConfirmation implements store.Confirmations. The writer runs one
@@ -210,29 +284,38 @@ func (s *Store) ResolveConfirmation(ctx context.Context, key rein.SessionKey, to
 		if err != nil {
 			return err
 		}
-		c, err := scanConfirmation(key, tx.queryRow(`SELECT `+confirmationColumns+` FROM confirmations WHERE session_pk = ? AND tool_use_id = ?`, si.pk, toolUseID))
-		if errors.Is(err, sql.ErrNoRows) {
-			return notFound("confirmation")
-		}
-		if err != nil {
-			return err
-		}
-		if c.State != store.ConfirmationPending {
-			return rein.Errorf(rein.CodeConflict, "confirmation %q is no longer pending (%s)", toolUseID, c.State)
-		}
-		c.State, c.ResolvedAt = store.ConfirmationAllowed, tx.now
-		if !allow {
-			c.State, c.DenyMessage = store.ConfirmationDenied, denyMessage
-		}
-		_, err = tx.exec(`UPDATE confirmations SET state = ?, deny_message = ?, resolved_at = ? WHERE session_pk = ? AND tool_use_id = ?`,
-			string(c.State), c.DenyMessage, c.ResolvedAt.UnixMicro(), si.pk, toolUseID)
-		out = c
+		out, err = tx.resolveConfirmation(key, si, toolUseID, allow, denyMessage)
 		return err
 	})
 	if err != nil {
 		return nil, err
 	}
 	return out, nil
+}
+
+// resolveConfirmation is the one implementation of an answer, for
+// ResolveConfirmation and Tx.ResolveConfirmation.
+func (tx *wtx) resolveConfirmation(key rein.SessionKey, si *sessInfo, toolUseID string, allow bool, denyMessage string) (*store.Confirmation, error) {
+	c, err := scanConfirmation(key, tx.queryRow(`SELECT `+confirmationColumns+` FROM confirmations WHERE session_pk = ? AND tool_use_id = ?`, si.pk, toolUseID))
+	if errors.Is(err, sql.ErrNoRows) {
+		return nil, notFound("confirmation")
+	}
+	if err != nil {
+		return nil, err
+	}
+	if c.State != store.ConfirmationPending {
+		return nil, rein.Errorf(rein.CodeConflict, "confirmation %q is no longer pending (%s)", toolUseID, c.State)
+	}
+	c.State, c.ResolvedAt = store.ConfirmationAllowed, tx.now
+	if !allow {
+		c.State, c.DenyMessage = store.ConfirmationDenied, denyMessage
+	}
+	_, err = tx.exec(`UPDATE confirmations SET state = ?, deny_message = ?, resolved_at = ? WHERE session_pk = ? AND tool_use_id = ?`,
+		string(c.State), c.DenyMessage, c.ResolvedAt.UnixMicro(), si.pk, toolUseID)
+	if err != nil {
+		return nil, err
+	}
+	return c, nil
 }
 
 // CloseConfirmations implements store.Confirmations.
@@ -242,10 +325,16 @@ func (s *Store) CloseConfirmations(ctx context.Context, key rein.SessionKey, run
 		if err != nil {
 			return err
 		}
-		_, err = tx.exec(`UPDATE confirmations SET state = 'closed', resolved_at = ? WHERE session_pk = ? AND run_id = ? AND state = 'pending'`,
-			tx.now.UnixMicro(), si.pk, runID)
-		return err
+		return tx.closeConfirmations(si, runID)
 	})
+}
+
+// closeConfirmations is the one implementation of closing, for
+// CloseConfirmations and Tx.CloseConfirmations.
+func (tx *wtx) closeConfirmations(si *sessInfo, runID string) error {
+	_, err := tx.exec(`UPDATE confirmations SET state = 'closed', resolved_at = ? WHERE session_pk = ? AND run_id = ? AND state = 'pending'`,
+		tx.now.UnixMicro(), si.pk, runID)
+	return err
 }
 
 // GetConfirmation implements store.Confirmations.
@@ -270,17 +359,37 @@ func (s *Store) ListConfirmations(ctx context.Context, key rein.SessionKey, stat
 	if err != nil {
 		return nil, s.fail("listing confirmations", err)
 	}
+	out, err := scanConfirmations(key, rows)
+	if err != nil {
+		return nil, s.fail("listing confirmations", err)
+	}
+	return out, nil
+}
+
+// confirmations lists the session's confirmations through the writer's
+// connection, for Tx.Confirmations.
+func (tx *wtx) confirmations(key rein.SessionKey, si *sessInfo, state store.ConfirmationState) ([]*store.Confirmation, error) {
+	rows, err := tx.query(`SELECT `+confirmationColumns+` FROM confirmations
+		WHERE session_pk = ? AND (? = '' OR state = ?) ORDER BY created_at, pk`, si.pk, string(state), string(state))
+	if err != nil {
+		return nil, err
+	}
+	return scanConfirmations(key, rows)
+}
+
+// scanConfirmations reads every row as a confirmation and closes the rows.
+func scanConfirmations(key rein.SessionKey, rows *sql.Rows) ([]*store.Confirmation, error) {
 	defer rows.Close()
 	out := []*store.Confirmation{}
 	for rows.Next() {
 		c, err := scanConfirmation(key, rows)
 		if err != nil {
-			return nil, s.fail("listing confirmations", err)
+			return nil, err
 		}
 		out = append(out, c)
 	}
 	if err := rows.Err(); err != nil {
-		return nil, s.fail("listing confirmations", err)
+		return nil, err
 	}
 	return out, nil
 }

@@ -24,8 +24,7 @@ func scanLease(sc interface{ Scan(...any) error }) (*store.Lease, error) {
 	return &l, nil
 }
 
-// AcquireLease implements store.Leases. The token comes from the session
-// row's lease_token, which only grows and survives release and restart.
+// AcquireLease implements store.Leases.
 func (s *Store) AcquireLease(ctx context.Context, key rein.SessionKey, holder, runID string, ttl time.Duration) (*store.Lease, error) {
 	var out *store.Lease
 	err := s.write(ctx, "acquiring lease", func(tx *wtx) error {
@@ -33,31 +32,8 @@ func (s *Store) AcquireLease(ctx context.Context, key rein.SessionKey, holder, r
 		if err != nil {
 			return err
 		}
-		cur, err := scanLease(tx.queryRow(`SELECT `+leaseColumns+leaseFrom+`WHERE l.session_pk = ?`, si.pk))
-		switch {
-		case errors.Is(err, sql.ErrNoRows):
-		case err != nil:
-			return err
-		case cur.ExpiresAt.After(tx.now) && cur.RunID != runID:
-			// Only the run id: which instance holds the turn is never
-			// revealed (SPEC §3).
-			return &rein.Error{Code: rein.CodeSessionBusy, Message: "the session's turn is held by another run", RunID: cur.RunID}
-		}
-		var token int64
-		if err := tx.queryRow(`UPDATE sessions SET lease_token = lease_token + 1 WHERE pk = ? RETURNING lease_token`, si.pk).Scan(&token); err != nil {
-			return err
-		}
-		l := &store.Lease{Owner: key.Owner, SessionID: key.ID, RunID: runID, Holder: holder, Token: token, ExpiresAt: norm(tx.now.Add(ttl))}
-		_, err = tx.exec(`INSERT INTO leases (session_pk, run_id, holder, token, expires_at) VALUES (?, ?, ?, ?, ?)
-			ON CONFLICT (session_pk) DO UPDATE SET run_id = excluded.run_id, holder = excluded.holder,
-				token = excluded.token, expires_at = excluded.expires_at`,
-			si.pk, l.RunID, l.Holder, l.Token, l.ExpiresAt.UnixMicro())
-		if err != nil {
-			return err
-		}
-		si.lease = token
-		out = l
-		return nil
+		out, err = tx.acquireLease(key, si, holder, runID, ttl)
+		return err
 	})
 	if err != nil {
 		return nil, err
@@ -65,7 +41,51 @@ func (s *Store) AcquireLease(ctx context.Context, key rein.SessionKey, holder, r
 	return out, nil
 }
 
-// RenewLease implements store.Leases.
+// acquireLease is the one implementation of an acquisition, for
+// AcquireLease and Tx.AcquireLease. The token comes from the session row's
+// lease_token, which only grows and survives release and restart. A lease
+// that has not expired by the operation's time is never taken over, not
+// even by the run that holds it: only expiry proves a holder gone.
+func (tx *wtx) acquireLease(key rein.SessionKey, si *sessInfo, holder, runID string, ttl time.Duration) (*store.Lease, error) {
+	cur, err := tx.lease(si)
+	if err != nil {
+		return nil, err
+	}
+	if cur != nil && cur.ExpiresAt.After(tx.now) {
+		// Only the run id: which instance holds the turn is never
+		// revealed (SPEC §3).
+		return nil, &rein.Error{Code: rein.CodeSessionBusy, Message: "the session's turn is held by a run whose lease has not expired", RunID: cur.RunID}
+	}
+	var token int64
+	if err := tx.queryRow(`UPDATE sessions SET lease_token = lease_token + 1 WHERE pk = ? RETURNING lease_token`, si.pk).Scan(&token); err != nil {
+		return nil, err
+	}
+	l := &store.Lease{Owner: key.Owner, SessionID: key.ID, RunID: runID, Holder: holder, Token: token, ExpiresAt: norm(tx.now.Add(ttl))}
+	_, err = tx.exec(`INSERT INTO leases (session_pk, run_id, holder, token, expires_at) VALUES (?, ?, ?, ?, ?)
+		ON CONFLICT (session_pk) DO UPDATE SET run_id = excluded.run_id, holder = excluded.holder,
+			token = excluded.token, expires_at = excluded.expires_at`,
+		si.pk, l.RunID, l.Holder, l.Token, l.ExpiresAt.UnixMicro())
+	if err != nil {
+		return nil, err
+	}
+	tx.touch(si)
+	si.lease = token
+	return l, nil
+}
+
+// lease reads the session's lease, expired or not, through the writer's
+// connection; nil when it has none.
+func (tx *wtx) lease(si *sessInfo) (*store.Lease, error) {
+	l, err := scanLease(tx.queryRow(`SELECT `+leaseColumns+leaseFrom+`WHERE l.session_pk = ?`, si.pk))
+	if errors.Is(err, sql.ErrNoRows) {
+		return nil, nil
+	}
+	return l, err
+}
+
+// RenewLease implements store.Leases. A lease that expired by the
+// operation's time is lost even if nobody took it over: its holder may
+// already have been declared dead.
 func (s *Store) RenewLease(ctx context.Context, l *store.Lease, ttl time.Duration) (*store.Lease, error) {
 	var out *store.Lease
 	err := s.write(ctx, "renewing lease", func(tx *wtx) error {
@@ -78,8 +98,8 @@ func (s *Store) RenewLease(ctx context.Context, l *store.Lease, ttl time.Duratio
 		}
 		expires := norm(tx.now.Add(ttl))
 		cur := store.Lease{Owner: l.Owner, SessionID: l.SessionID, Token: l.Token, ExpiresAt: expires}
-		err = tx.queryRow(`UPDATE leases SET expires_at = ? WHERE session_pk = ? AND token = ? RETURNING run_id, holder`,
-			expires.UnixMicro(), si.pk, l.Token).Scan(&cur.RunID, &cur.Holder)
+		err = tx.queryRow(`UPDATE leases SET expires_at = ? WHERE session_pk = ? AND token = ? AND expires_at > ? RETURNING run_id, holder`,
+			expires.UnixMicro(), si.pk, l.Token, tx.now.UnixMicro()).Scan(&cur.RunID, &cur.Holder)
 		if errors.Is(err, sql.ErrNoRows) {
 			return errLeaseLost()
 		}
@@ -102,15 +122,40 @@ func (s *Store) ReleaseLease(ctx context.Context, l *store.Lease) error {
 		if err != nil {
 			return err
 		}
-		if si.lease == 0 || si.lease != l.Token {
-			return nil
-		}
-		if _, err := tx.exec(`DELETE FROM leases WHERE session_pk = ? AND token = ?`, si.pk, l.Token); err != nil {
-			return err
-		}
-		si.lease = 0
-		return nil
+		return tx.releaseLease(si, l.Token)
 	})
+}
+
+// releaseLease is the one implementation of a release, for ReleaseLease
+// and Tx.ReleaseLease. The row goes; the token counter on the session
+// stays, so the next acquisition still gets a larger token.
+func (tx *wtx) releaseLease(si *sessInfo, token int64) error {
+	if si.lease == 0 || si.lease != token {
+		return nil
+	}
+	if _, err := tx.exec(`DELETE FROM leases WHERE session_pk = ? AND token = ?`, si.pk, token); err != nil {
+		return err
+	}
+	tx.touch(si)
+	si.lease = 0
+	return nil
+}
+
+// expireLeases makes every lease in the file expired, as of now. Open
+// calls it: holding the file lock proves that no other process has the
+// file, so every lease left in it belongs to a process that is gone (or
+// to an earlier Store of this one, closed). Marking them expired at once,
+// rather than waiting out their TTL, lets the runs they held be taken over
+// and resumed right away; the rows and their tokens stay, so fencing
+// tokens keep growing and a lease is still what ListExpiredLeases and
+// recovery find.
+func expireLeases(ctx context.Context, conn *sql.Conn, now time.Time) error {
+	// One microsecond before now, so that the lease is expired both by
+	// AcquireLease's rule (not after now) and ListExpiredLeases' (before
+	// now).
+	past := now.UnixMicro() - 1
+	_, err := conn.ExecContext(ctx, `UPDATE leases SET expires_at = ? WHERE expires_at > ?`, past, past)
+	return err
 }
 
 // GetLease implements store.Leases.

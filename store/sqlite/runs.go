@@ -11,7 +11,8 @@ import (
 )
 
 const runColumns = `s.owner, s.id, r.id, r.status, r.reason, r.error, r.input, coalesce(r.client_id, ''),
-	r.queue_order, r.deadline, r.instance, r.input_tokens, r.output_tokens, r.created_at, r.started_at, r.ended_at`
+	r.queue_order, r.deadline, r.instance, r.resumes, r.stop, r.rolled_back,
+	r.input_tokens, r.output_tokens, r.created_at, r.started_at, r.ended_at`
 
 const runFrom = ` FROM runs r JOIN sessions s ON s.pk = r.session_pk `
 
@@ -21,57 +22,48 @@ func scanRun(sc interface{ Scan(...any) error }) (*store.RunRecord, error) {
 		status, reason             string
 		deadline, created, started sql.NullInt64
 		ended                      sql.NullInt64
+		rolledBack                 int64
 	)
 	err := sc.Scan(&r.Owner, &r.SessionID, &r.ID, &status, &reason, &r.Error, &r.Input, &r.ClientID,
-		&r.QueueOrder, &deadline, &r.Instance, &r.Usage.InputTokens, &r.Usage.OutputTokens, &created, &started, &ended)
+		&r.QueueOrder, &deadline, &r.Instance, &r.Resumes, &r.Stop, &rolledBack,
+		&r.Usage.InputTokens, &r.Usage.OutputTokens, &created, &started, &ended)
 	if err != nil {
 		return nil, err
 	}
-	r.Status, r.Reason = rein.RunStatus(status), rein.Reason(reason)
+	r.Status, r.Reason, r.RolledBack = rein.RunStatus(status), rein.Reason(reason), rolledBack != 0
 	r.Deadline, r.CreatedAt, r.StartedAt, r.EndedAt = fromMicros(deadline), fromMicros(created), fromMicros(started), fromMicros(ended)
 	return &r, nil
 }
 
+// scanRuns reads every row as a run and closes the rows.
+func scanRuns(rows *sql.Rows) ([]*store.RunRecord, error) {
+	defer rows.Close()
+	out := []*store.RunRecord{}
+	for rows.Next() {
+		rec, err := scanRun(rows)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, rec)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // CreateRun implements store.Runs.
 func (s *Store) CreateRun(ctx context.Context, r *store.RunRecord) error {
-	if r.ID == "" {
-		return rein.InvalidArgument("id", "run id is empty")
+	rec, err := prepareRun(r)
+	if err != nil {
+		return err
 	}
-	if !r.Status.Valid() {
-		return rein.InvalidArgument("status", "run status %q is not valid", r.Status)
-	}
-	rec := *r
-	rec.Deadline, rec.CreatedAt, rec.StartedAt, rec.EndedAt = norm(r.Deadline), norm(r.CreatedAt), norm(r.StartedAt), norm(r.EndedAt)
-	err := s.write(ctx, "creating run", func(tx *wtx) error {
+	err = s.write(ctx, "creating run", func(tx *wtx) error {
 		si, err := tx.session(r.Key())
 		if err != nil {
 			return err
 		}
-		var n int
-		if err := tx.queryRow(`SELECT count(*) FROM runs WHERE id = ?`, rec.ID).Scan(&n); err != nil {
-			return err
-		}
-		if n > 0 {
-			return rein.Errorf(rein.CodeConflict, "run %q already exists", rec.ID)
-		}
-		if rec.ClientID != "" {
-			if err := tx.queryRow(`SELECT count(*) FROM runs WHERE session_pk = ? AND client_id = ?`, si.pk, rec.ClientID).Scan(&n); err != nil {
-				return err
-			}
-			if n > 0 {
-				return rein.Errorf(rein.CodeConflict, "a run with client id %q already exists in the session", rec.ClientID)
-			}
-		}
-		if rec.CreatedAt.IsZero() {
-			rec.CreatedAt = tx.now
-		}
-		_, err = tx.exec(`INSERT INTO runs (id, session_pk, status, reason, error, input, client_id, queue_order, deadline,
-				instance, input_tokens, output_tokens, created_at, started_at, ended_at)
-			VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`,
-			rec.ID, si.pk, string(rec.Status), string(rec.Reason), rec.Error, rec.Input, nullString(rec.ClientID), rec.QueueOrder,
-			micros(rec.Deadline), rec.Instance, rec.Usage.InputTokens, rec.Usage.OutputTokens,
-			micros(rec.CreatedAt), micros(rec.StartedAt), micros(rec.EndedAt))
-		return err
+		return tx.createRun(si, &rec)
 	})
 	if err != nil {
 		return err
@@ -80,12 +72,57 @@ func (s *Store) CreateRun(ctx context.Context, r *store.RunRecord) error {
 	return nil
 }
 
+// prepareRun validates r and returns the record to store, its times
+// normalised.
+func prepareRun(r *store.RunRecord) (store.RunRecord, error) {
+	if r.ID == "" {
+		return store.RunRecord{}, rein.InvalidArgument("id", "run id is empty")
+	}
+	if !r.Status.Valid() {
+		return store.RunRecord{}, rein.InvalidArgument("status", "run status %q is not valid", r.Status)
+	}
+	rec := *r
+	rec.Deadline, rec.CreatedAt, rec.StartedAt, rec.EndedAt = norm(r.Deadline), norm(r.CreatedAt), norm(r.StartedAt), norm(r.EndedAt)
+	return rec, nil
+}
+
+// createRun is the one implementation of a run's creation, for CreateRun
+// and Tx.CreateRun. A zero CreatedAt becomes the operation's time.
+func (tx *wtx) createRun(si *sessInfo, rec *store.RunRecord) error {
+	var n int
+	if err := tx.queryRow(`SELECT count(*) FROM runs WHERE id = ?`, rec.ID).Scan(&n); err != nil {
+		return err
+	}
+	if n > 0 {
+		return rein.Errorf(rein.CodeConflict, "run %q already exists", rec.ID)
+	}
+	if rec.ClientID != "" {
+		if err := tx.queryRow(`SELECT count(*) FROM runs WHERE session_pk = ? AND client_id = ?`, si.pk, rec.ClientID).Scan(&n); err != nil {
+			return err
+		}
+		if n > 0 {
+			return rein.Errorf(rein.CodeConflict, "a run with client id %q already exists in the session", rec.ClientID)
+		}
+	}
+	if rec.CreatedAt.IsZero() {
+		rec.CreatedAt = tx.now
+	}
+	_, err := tx.exec(`INSERT INTO runs (id, session_pk, status, reason, error, input, client_id, queue_order, deadline,
+			instance, resumes, stop, rolled_back, input_tokens, output_tokens, created_at, started_at, ended_at)
+		VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`,
+		rec.ID, si.pk, string(rec.Status), string(rec.Reason), rec.Error, rec.Input, nullString(rec.ClientID), rec.QueueOrder,
+		micros(rec.Deadline), rec.Instance, rec.Resumes, rec.Stop, boolInt(rec.RolledBack),
+		rec.Usage.InputTokens, rec.Usage.OutputTokens,
+		micros(rec.CreatedAt), micros(rec.StartedAt), micros(rec.EndedAt))
+	return err
+}
+
 // UpdateRun implements store.Runs. The check for a terminal run and the
 // update happen in the writer, one operation after another, so the first
 // terminal update wins and every later one sees it.
 func (s *Store) UpdateRun(ctx context.Context, key rein.SessionKey, fence store.Fence, runID string, u store.RunUpdate) (*store.RunRecord, error) {
-	if u.Status != "" && !u.Status.Valid() {
-		return nil, rein.InvalidArgument("status", "run status %q is not valid", u.Status)
+	if err := checkRunUpdate(u); err != nil {
+		return nil, err
 	}
 	var out *store.RunRecord
 	err := s.write(ctx, "updating run", func(tx *wtx) error {
@@ -93,28 +130,8 @@ func (s *Store) UpdateRun(ctx context.Context, key rein.SessionKey, fence store.
 		if err != nil {
 			return err
 		}
-		rec, err := scanRun(tx.queryRow(`SELECT `+runColumns+runFrom+`WHERE r.id = ? AND r.session_pk = ?`, runID, si.pk))
-		if errors.Is(err, sql.ErrNoRows) {
-			return notFound("run")
-		}
-		if err != nil {
-			return err
-		}
-		if rec.Status.Terminal() {
-			out = rec
-			return rein.Errorf(rein.CodeConflict, "run %q has already ended (%s)", runID, rec.Status)
-		}
-		applyRunUpdate(rec, u)
-		_, err = tx.exec(`UPDATE runs SET status = ?, reason = ?, error = ?, queue_order = ?, instance = ?,
-				input_tokens = ?, output_tokens = ?, started_at = ?, ended_at = ?
-			WHERE id = ?`,
-			string(rec.Status), string(rec.Reason), rec.Error, rec.QueueOrder, rec.Instance,
-			rec.Usage.InputTokens, rec.Usage.OutputTokens, micros(rec.StartedAt), micros(rec.EndedAt), runID)
-		if err != nil {
-			return err
-		}
-		out = rec
-		return nil
+		out, err = tx.updateRun(si, runID, u)
+		return err
 	})
 	if err != nil && !(out != nil && errors.Is(err, rein.ErrConflict)) {
 		return nil, err
@@ -122,33 +139,83 @@ func (s *Store) UpdateRun(ctx context.Context, key rein.SessionKey, fence store.
 	return out, err
 }
 
-// applyRunUpdate applies u to r the way store.RunUpdate defines it: zero
-// fields leave r unchanged.
-func applyRunUpdate(r *store.RunRecord, u store.RunUpdate) {
-	if u.Status != "" {
-		r.Status = u.Status
+func checkRunUpdate(u store.RunUpdate) error {
+	if u.Status != "" && !u.Status.Valid() {
+		return rein.InvalidArgument("status", "run status %q is not valid", u.Status)
 	}
-	if u.Reason != "" {
-		r.Reason = u.Reason
+	return nil
+}
+
+// updateRun is the one implementation of a run update, for UpdateRun and
+// Tx.UpdateRun. For a terminal run it returns the stored record with the
+// conflict.
+func (tx *wtx) updateRun(si *sessInfo, runID string, u store.RunUpdate) (*store.RunRecord, error) {
+	rec, err := tx.getRun(si, runID)
+	if err != nil {
+		return nil, err
 	}
-	if u.Error != "" {
-		r.Error = u.Error
+	if rec.Status.Terminal() {
+		return rec, rein.Errorf(rein.CodeConflict, "run %q has already ended (%s)", runID, rec.Status)
 	}
-	if u.QueueOrder != nil {
-		r.QueueOrder = *u.QueueOrder
+	u.Apply(rec, norm)
+	_, err = tx.exec(`UPDATE runs SET status = ?, reason = ?, error = ?, queue_order = ?, instance = ?,
+			resumes = ?, stop = ?, rolled_back = ?, input_tokens = ?, output_tokens = ?, started_at = ?, ended_at = ?
+		WHERE id = ?`,
+		string(rec.Status), string(rec.Reason), rec.Error, rec.QueueOrder, rec.Instance,
+		rec.Resumes, rec.Stop, boolInt(rec.RolledBack),
+		rec.Usage.InputTokens, rec.Usage.OutputTokens, micros(rec.StartedAt), micros(rec.EndedAt), runID)
+	if err != nil {
+		return nil, err
 	}
-	if u.Instance != "" {
-		r.Instance = u.Instance
+	return rec, nil
+}
+
+// getRun and getRunByClientID read a run of the session through the
+// writer's connection.
+func (tx *wtx) getRun(si *sessInfo, runID string) (*store.RunRecord, error) {
+	return tx.scanOneRun(`WHERE r.id = ? AND r.session_pk = ?`, runID, si.pk)
+}
+
+func (tx *wtx) getRunByClientID(si *sessInfo, clientID string) (*store.RunRecord, error) {
+	if clientID == "" {
+		return nil, notFound("run")
 	}
-	if u.Usage != nil {
-		r.Usage = *u.Usage
+	return tx.scanOneRun(`WHERE r.session_pk = ? AND r.client_id = ?`, si.pk, clientID)
+}
+
+func (tx *wtx) scanOneRun(where string, args ...any) (*store.RunRecord, error) {
+	rec, err := scanRun(tx.queryRow(`SELECT `+runColumns+runFrom+where, args...))
+	if errors.Is(err, sql.ErrNoRows) {
+		return nil, notFound("run")
 	}
-	if !u.StartedAt.IsZero() {
-		r.StartedAt = norm(u.StartedAt)
+	return rec, err
+}
+
+// runs lists the session's runs in the statuses (all for none) in queue
+// order, for Tx.Runs. One statement per number of statuses is prepared,
+// and there are only a handful of statuses.
+func (tx *wtx) runs(si *sessInfo, statuses []rein.RunStatus) ([]*store.RunRecord, error) {
+	args := []any{si.pk}
+	filter := ""
+	if len(statuses) > 0 {
+		filter = ` AND r.status IN (` + strings.Repeat(", ?", len(statuses))[2:] + `)`
+		for _, st := range statuses {
+			args = append(args, string(st))
+		}
 	}
-	if !u.EndedAt.IsZero() {
-		r.EndedAt = norm(u.EndedAt)
+	rows, err := tx.query(`SELECT `+runColumns+runFrom+`WHERE r.session_pk = ?`+filter+
+		` ORDER BY r.queue_order, r.created_at, r.id`, args...)
+	if err != nil {
+		return nil, err
 	}
+	return scanRuns(rows)
+}
+
+func boolInt(b bool) int {
+	if b {
+		return 1
+	}
+	return 0
 }
 
 func (s *Store) getRun(ctx context.Context, doing, where string, args ...any) (*store.RunRecord, error) {
@@ -180,16 +247,8 @@ func (s *Store) listRuns(ctx context.Context, query string, args ...any) ([]*sto
 	if err != nil {
 		return nil, s.fail("listing runs", err)
 	}
-	defer rows.Close()
-	out := []*store.RunRecord{}
-	for rows.Next() {
-		rec, err := scanRun(rows)
-		if err != nil {
-			return nil, s.fail("listing runs", err)
-		}
-		out = append(out, rec)
-	}
-	if err := rows.Err(); err != nil {
+	out, err := scanRuns(rows)
+	if err != nil {
 		return nil, s.fail("listing runs", err)
 	}
 	return out, nil

@@ -13,7 +13,11 @@
 //
 // Only one process may use a database file at a time: Open takes an
 // exclusive lock on PATH.lock and fails if another process holds it (see
-// docs/decisions/0012-sqlite-single-process-lock.md). Durability choices
+// docs/decisions/0012-sqlite-single-process-lock.md). Holding that lock
+// proves every turn lease in the file dead — its holder was an earlier
+// process, or an earlier Store now closed — so Open marks them all expired
+// (keeping them, and their fencing tokens), and the runs they held can be
+// resumed at once instead of after their TTL. Durability choices
 // are in docs/decisions/0010-sqlite-durability-group-commit.md, schema
 // migrations in docs/decisions/0011-sqlite-schema-migrations.md.
 package sqlite
@@ -82,7 +86,8 @@ type Store struct {
 var _ store.Store = (*Store)(nil)
 
 // Open opens (creating if needed) the Rein database at path, migrates it
-// to this binary's schema and starts the writer. It refuses, without
+// to this binary's schema, expires every lease an earlier process left and
+// starts the writer. It refuses, without
 // modifying anything, a file that is not SQLite, a SQLite database that is
 // not Rein's, a Rein database with a newer schema than this binary knows,
 // and a database another process has open.
@@ -180,6 +185,9 @@ func (s *Store) open(ctx context.Context, opts Options) error {
 	}
 	if _, _, err := migrate(ctx, s.wconn, s.file); err != nil {
 		return err
+	}
+	if err := expireLeases(ctx, s.wconn, s.now()); err != nil {
+		return s.fail("expiring the leases of an earlier process", err)
 	}
 	if s.rdb, err = sql.Open("sqlite", dsn(s.file, true, busy)); err != nil {
 		return s.fail("opening", err)

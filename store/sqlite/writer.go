@@ -6,6 +6,7 @@ import (
 	"errors"
 	"runtime"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/reinhq/rein"
@@ -31,9 +32,24 @@ type op struct {
 	// writes with exactly one statement, which SQLite undoes by itself if
 	// it fails: it runs without a savepoint.
 	atomic bool
-	done   chan error // buffered: the writer never blocks answering
-	wakes  []rein.SessionKey
+	// raw marks an operation whose function's error is returned to the
+	// caller as it is rather than mapped (Update: fn's own error).
+	raw   bool
+	done  chan error // buffered: the writer never blocks answering
+	wakes []rein.SessionKey
+	// state is opPending until the writer takes the operation (opTaken)
+	// or its caller gives up first (opAbandoned). A caller that finds it
+	// taken waits for the answer: an operation's function (an Update's fn,
+	// which writes into its caller's variables) never runs after its
+	// caller has returned.
+	state atomic.Int32
 }
+
+const (
+	opPending int32 = iota
+	opTaken
+	opAbandoned
+)
 
 // wtx is what an operation's function sees: the writer's connection inside
 // the batch transaction, the time of this operation and the session cache.
@@ -41,13 +57,23 @@ type wtx struct {
 	s   *Store
 	op  *op
 	now time.Time
+	// saved holds every cache entry this operation changed, as it was
+	// before the change (see touch).
+	saved []savedInfo
+}
+
+type savedInfo struct {
+	si  *sessInfo
+	was sessInfo
 }
 
 // sessInfo is what the writer knows about a session without asking the
-// database. It is only changed by operations that succeeded, and dropped
-// whole when a transaction fails, so it never runs ahead of what is
-// committed. The writer is the only writer of the file (the file lock), so
-// nothing else can make it stale.
+// database. It never runs ahead of what is committed: an operation calls
+// touch before changing an entry, the writer puts back what was touched
+// when the operation is rolled back (its savepoint, or the transaction of
+// a lone operation), and drops the whole cache when a transaction fails.
+// The writer is the only writer of the file (the file lock), so nothing
+// else can make it stale.
 type sessInfo struct {
 	pk      int64
 	lastSeq int64
@@ -87,9 +113,24 @@ func (s *Store) submit(o *op) error {
 	case err := <-o.done:
 		return err
 	case <-ctx.Done():
-		// The write may still commit: as with any database, a caller that
-		// gives up cannot know. The writer skips it if it has not started.
-		return ctx.Err()
+		// Not yet taken by the writer: it never will be. Taken: it is
+		// running or committing, and its answer comes soon (a batch is
+		// bounded); waiting for it keeps the function from outliving its
+		// caller.
+		if o.state.CompareAndSwap(opPending, opAbandoned) {
+			return ctx.Err()
+		}
+		select {
+		case err := <-o.done:
+			return err
+		case <-s.stopped:
+			select {
+			case err := <-o.done:
+				return err
+			default:
+				return errClosed(s.file)
+			}
+		}
 	case <-s.stopped:
 		// The writer answers everything it takes before stopping; an op
 		// that slipped into the queue after its last look is not run.
@@ -100,6 +141,28 @@ func (s *Store) submit(o *op) error {
 			return errClosed(s.file)
 		}
 	}
+}
+
+// touch records si as it is before the operation changes it. Call it
+// before every change of a cache entry; recording once per entry is
+// enough, the first state is the one to go back to.
+func (tx *wtx) touch(si *sessInfo) {
+	for _, sv := range tx.saved {
+		if sv.si == si {
+			return
+		}
+	}
+	tx.saved = append(tx.saved, savedInfo{si: si, was: *si})
+}
+
+// restoreCache takes back the operation's cache changes after its writes
+// were rolled back. An entry the cache dropped meanwhile (maxCache) is
+// harmless to restore: nothing reaches it any more.
+func (tx *wtx) restoreCache() {
+	for i := len(tx.saved) - 1; i >= 0; i-- {
+		*tx.saved[i].si = tx.saved[i].was
+	}
+	tx.saved = nil
 }
 
 // wake asks for WaitEvents callers on key to be woken once the batch has
@@ -231,7 +294,12 @@ func (s *Store) runBatch(batch []*op) {
 	live := batch[:0:0]
 	for _, o := range batch {
 		if err := o.ctx.Err(); err != nil {
+			o.state.CompareAndSwap(opPending, opAbandoned)
 			o.done <- err
+			continue
+		}
+		if !o.state.CompareAndSwap(opPending, opTaken) {
+			o.done <- o.ctx.Err()
 			continue
 		}
 		live = append(live, o)
@@ -258,20 +326,27 @@ func (s *Store) runBatch(batch []*op) {
 	// A lone operation needs no savepoint: if it fails, the whole
 	// transaction is rolled back instead.
 	single := len(live) == 1
-	failed := false
 	for i, o := range live {
 		tx := &wtx{s: s, op: o, now: s.now()}
 		if single {
 			if err := o.fn(tx); err != nil {
-				results[i] = s.fail(o.doing, err)
-				failed = true
+				results[i] = o.failure(s, err)
+				o.wakes = nil
+				if _, rbErr := s.wconn.ExecContext(bg, "ROLLBACK"); rbErr != nil {
+					clear(s.cache)
+				} else {
+					tx.restoreCache()
+				}
+				s.answer(live, results)
+				return
 			}
 			break
 		}
 		if o.atomic {
 			if err := o.fn(tx); err != nil {
-				results[i] = s.fail(o.doing, err)
+				results[i] = o.failure(s, err)
 				o.wakes = nil
+				tx.restoreCache()
 				if !statementOnlyFailure(err) {
 					// Possibly more than the statement was undone (SQLite
 					// rolls back the transaction on I/O errors and a full
@@ -290,7 +365,7 @@ func (s *Store) runBatch(batch []*op) {
 		}
 		err := o.fn(tx)
 		if err != nil {
-			results[i] = s.fail(o.doing, err)
+			results[i] = o.failure(s, err)
 			o.wakes = nil
 			if _, rbErr := s.wconn.ExecContext(bg, "ROLLBACK TO op"); rbErr != nil {
 				// SQLite rolled back the whole transaction itself (it
@@ -300,6 +375,7 @@ func (s *Store) runBatch(batch []*op) {
 				s.answer(live, results)
 				return
 			}
+			tx.restoreCache()
 		}
 		if _, err := s.wconn.ExecContext(bg, "RELEASE op"); err != nil {
 			abort(err)
@@ -307,16 +383,18 @@ func (s *Store) runBatch(batch []*op) {
 			return
 		}
 	}
-	if single && failed {
-		s.wconn.ExecContext(bg, "ROLLBACK")
-		clear(s.cache)
-		s.answer(live, results)
-		return
-	}
 	if _, err := s.wconn.ExecContext(bg, "COMMIT"); err != nil {
 		abort(err)
 	}
 	s.answer(live, results)
+}
+
+// failure is what the caller of a failed operation is told.
+func (o *op) failure(s *Store, err error) error {
+	if o.raw {
+		return err
+	}
+	return s.fail(o.doing, err)
 }
 
 // statementOnlyFailure reports whether err leaves the transaction as it

@@ -119,10 +119,16 @@ func testLeaseRenew(t *T) {
 	t.Clock.Advance(25 * time.Second)
 	_, err = t.S.AcquireLease(t.Ctx, key, "inst-b", "run_2", ttl)
 	wantErr(t, err, rein.ErrSessionBusy, "AcquireLease of a renewed lease")
-	// An expired lease that nobody took over can still be renewed.
+	// A lease that expired is lost to its holder even if nobody took it
+	// over: by the store's clock the holder may already have been declared
+	// dead, and a renewal must not bring it back. The lease itself stays
+	// (GetLease, fencing) until someone takes it over or releases it.
 	t.Clock.Advance(time.Minute)
 	_, err = t.S.RenewLease(t.Ctx, renewed, ttl)
-	must(t, err, "RenewLease of an expired, untaken lease")
+	wantErr(t, err, rein.ErrLeaseLost, "RenewLease of an expired, untaken lease")
+	got, err = t.S.GetLease(t.Ctx, key)
+	must(t, err, "GetLease after a refused renewal")
+	wantLease(t, got, &want)
 }
 
 func testLeaseRenewLost(t *T) {

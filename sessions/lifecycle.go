@@ -1,0 +1,695 @@
+package sessions
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/reinhq/rein"
+	"github.com/reinhq/rein/agent"
+	"github.com/reinhq/rein/internal/id"
+	"github.com/reinhq/rein/store"
+)
+
+// lifecycle is a run's whole life as store transitions. Each method is one
+// atomic store.Update (DESIGN.md rule 5): admission, execution and recovery
+// all go through these few methods, so a crash between any two leaves the
+// session at a boundary that claimNext completes, and a reader finds every
+// write a run makes in this file.
+//
+//	admit     run record + user.message (+ session.run_queued), or, when the
+//	          turn is free, the run claimed at once (+ lease, RUNNING, input
+//	          in the transcript, session.run_started)
+//	claimNext the session's next run: a lost run resumed (lease taken over,
+//	          in-doubt results) or failed "instance lost", a queued run
+//	          claimed (lease, RUNNING, input, session.run_started), an
+//	          expired one ended timeout
+//	consume   supplements consumed + their hints + agent.supplement_consumed
+//	saveStep  a step's assistant message + agent.tool_use + confirmations
+//	saveResult one tool result + agent.tool_result
+//	stop      user.interrupt + the durable stop request (a queued run not
+//	          held here is ended in the same write)
+//	end       the closing messages and events + terminal record + closed
+//	          confirmations + session.run_completed + lease release
+type lifecycle struct {
+	st             store.Store
+	instance       string
+	ttl            time.Duration
+	resumeAttempts int
+	// exclusive: no other process shares the store, so a run that this
+	// process does not hold was left by one that is gone.
+	exclusive bool
+	observe   func(time.Duration, int)
+}
+
+// errNothing ends an Update that found nothing to write.
+var errNothing = errors.New("sessions: nothing to write")
+
+func (lc *lifecycle) update(ctx context.Context, key rein.SessionKey, fence store.Fence, fn func(tx store.Tx) error) error {
+	t0 := time.Now()
+	err := lc.st.Update(ctx, key, fence, fn)
+	if lc.observe != nil && err == nil {
+		lc.observe(time.Since(t0), 1)
+	}
+	return err
+}
+
+// ------------------------------------------------------------ admission
+
+// admission is what admit decided.
+type admission struct {
+	rec *store.RunRecord
+	// lease is set when the run was claimed at once (status RUNNING).
+	lease *store.Lease
+	// repeat: a client_id repeat; nothing was written.
+	repeat bool
+	// target is the run this message stops (when_busy interrupt or
+	// rollback), "" for none. It held the turn before this message.
+	target string
+}
+
+// admit is the admission of a user.message: the busy decision, the run
+// record and its events, and the run to stop, in one write.
+func (lc *lifecycle) admit(ctx context.Context, key rein.SessionKey, req MessageRequest) (admission, error) {
+	var a admission
+	err := lc.update(ctx, key, store.Fence{}, func(tx store.Tx) error {
+		a = admission{}
+		if req.ClientID != "" {
+			prev, err := tx.GetRunByClientID(req.ClientID)
+			if err == nil {
+				a.rec, a.repeat = prev, true
+				return errNothing
+			} else if !errors.Is(err, rein.ErrNotFound) {
+				return err
+			}
+		}
+		active, err := tx.Runs(rein.StatusRunning, rein.StatusQueued)
+		if err != nil {
+			return err
+		}
+		now := tx.Now()
+		lease, err := tx.Lease()
+		if err != nil {
+			return err
+		}
+		leaseLive := lease != nil && lease.ExpiresAt.After(now)
+		var running *store.RunRecord
+		queued := 0
+		for _, r := range active {
+			if r.Status == rein.StatusRunning {
+				running = r
+			} else {
+				queued++
+			}
+		}
+		busy := len(active) > 0 || leaseLive
+		if busy && req.WhenBusy == rein.WhenBusyReject {
+			holder := ""
+			switch {
+			case running != nil:
+				holder = running.ID
+			case leaseLive:
+				holder = lease.RunID
+			default:
+				holder = active[0].ID
+			}
+			return &rein.Error{Code: rein.CodeSessionBusy, Message: "the session is busy with another run", RunID: holder}
+		}
+		front := busy && (req.WhenBusy == rein.WhenBusyInterrupt || req.WhenBusy == rein.WhenBusyRollback)
+		rec := &store.RunRecord{
+			Owner: key.Owner, SessionID: key.ID, ID: id.New(id.Run), Status: rein.StatusQueued,
+			Input: req.Text, ClientID: req.ClientID, QueueOrder: now.UnixNano(), Instance: lc.instance, CreatedAt: now,
+		}
+		if front {
+			// Of several such messages the newest runs first.
+			rec.QueueOrder = -now.UnixNano()
+		}
+		if req.Timeout > 0 {
+			rec.Deadline = now.Add(req.Timeout)
+		}
+		evs := []rein.Event{rein.NewEvent(rein.EventUserMessage, rec.ID, rein.UserMessagePayload{Text: req.Text, RunID: rec.ID})}
+		if !busy {
+			l, err := tx.AcquireLease(lc.instance, rec.ID, lc.ttl)
+			if err != nil {
+				return err
+			}
+			rec.Status, rec.StartedAt = rein.StatusRunning, now
+			if err := tx.CreateRun(rec); err != nil {
+				return err
+			}
+			if err := tx.AppendHistory(inputMessage(rec)); err != nil {
+				return err
+			}
+			evs = append(evs, rein.NewEvent(rein.EventRunStarted, rec.ID, rein.RunStartedPayload{RunID: rec.ID}))
+			a.lease = l
+		} else {
+			if err := tx.CreateRun(rec); err != nil {
+				return err
+			}
+			pos := queued + 1
+			if front {
+				pos = 1
+			}
+			evs = append(evs, rein.NewEvent(rein.EventRunQueued, rec.ID, rein.RunQueuedPayload{RunID: rec.ID, Position: pos}))
+		}
+		if _, err := tx.AppendEvents(evs...); err != nil {
+			return err
+		}
+		if front && running != nil {
+			// The stop is durable: whoever runs or resumes the run applies
+			// it, here or on another instance.
+			mode := string(rein.StopInterrupt)
+			if req.WhenBusy == rein.WhenBusyRollback {
+				mode = stopRollback
+			}
+			if _, err := tx.UpdateRun(running.ID, store.RunUpdate{Stop: mode}); err != nil {
+				return err
+			}
+			a.target = running.ID
+		}
+		a.rec = rec
+		return nil
+	})
+	if errors.Is(err, errNothing) {
+		err = nil
+	}
+	if err != nil && req.ClientID != "" && errors.Is(err, rein.ErrConflict) {
+		// Two first calls with one client_id raced: the other one won.
+		if prev, gerr := lc.st.GetRunByClientID(ctx, key, req.ClientID); gerr == nil {
+			return admission{rec: prev, repeat: true}, nil
+		}
+	}
+	return a, err
+}
+
+// stopRollback is the durable stop of when_busy=rollback.
+const stopRollback = "rollback"
+
+func inputMessage(rec *store.RunRecord) rein.Message {
+	return rein.Message{Role: rein.RoleUser, Text: rec.Input, RunID: rec.ID}
+}
+
+// ---------------------------------------------------------------- claim
+
+// claim is what claimNext decided.
+type claim struct {
+	// rec and lease: the run this instance now executes (RUNNING, lease
+	// held); nil when nothing is to be started now.
+	rec   *store.RunRecord
+	lease *store.Lease
+	// resumed: rec was lost by its instance and is resumed (Attempt =
+	// rec.Resumes+1).
+	resumed bool
+	// ended lists runs claimNext ended (lost beyond the resume budget,
+	// expired in the queue, stopped while their instance was gone), for
+	// the caller's bookkeeping.
+	ended []string
+	// wait, when rec is nil and the session still has work, is when to
+	// look again (zero: only when woken).
+	wait time.Duration
+	// idle: the session has no queued or running run left.
+	idle bool
+	// gone lists runs this instance holds waiting that are no longer
+	// queued in the store (claimed by another instance, or ended there):
+	// the handles here must go, writing nothing.
+	gone []string
+}
+
+// claimNext looks at the session's turn in the store and takes the next
+// step of its schedule, in one write:
+//   - the turn is held by a live lease: nothing; look again at its expiry;
+//   - a RUNNING run without a live lease was lost by its instance: it is
+//     resumed here (unless its resumes are spent, its deadline passed or a
+//     stop was requested for it: then it is ended);
+//   - else the first queued run: ended if its deadline passed; claimed if
+//     this instance holds it (local) or its instance is gone.
+//
+// waiting lists the runs of the session this instance holds and waits to
+// claim; executing reports whether it executes a run; admitting is true
+// while an admission on this instance may have stored a run it does not
+// hold yet (such a run must not be taken for one left by a lost instance).
+func (lc *lifecycle) claimNext(ctx context.Context, key rein.SessionKey, waiting []string, executing func(runID string) bool, admitting bool) (claim, error) {
+	var c claim
+	err := lc.update(ctx, key, store.Fence{}, func(tx store.Tx) error {
+		c = claim{}
+		now := tx.Now()
+		local := map[string]bool{}
+		for _, id := range waiting {
+			r, err := tx.GetRun(id)
+			if err != nil && !errors.Is(err, rein.ErrNotFound) {
+				return err
+			}
+			if r == nil || r.Status != rein.StatusQueued {
+				c.gone = append(c.gone, id)
+				continue
+			}
+			local[id] = true
+		}
+		lease, err := tx.Lease()
+		if err != nil {
+			return err
+		}
+		if lease != nil && lease.ExpiresAt.After(now) {
+			if len(c.gone) > 0 {
+				return nil // nothing written, but the handles must go
+			}
+			if !executing(lease.RunID) {
+				// Held elsewhere: look again when it would expire (its
+				// holder's end wakes nothing here).
+				c.wait = lease.ExpiresAt.Sub(now) + time.Millisecond
+			}
+			return errNothing
+		}
+		active, err := tx.Runs(rein.StatusRunning, rein.StatusQueued)
+		if err != nil {
+			return err
+		}
+		if len(active) == 0 {
+			c.idle = true
+			if len(c.gone) > 0 {
+				return nil
+			}
+			return errNothing
+		}
+		for _, r := range active {
+			if r.Status == rein.StatusRunning {
+				if executing(r.ID) {
+					// Still ending here after its lease lapsed: its end
+					// (which writes nothing) wakes the pump.
+					return errNothing
+				}
+				return lc.recoverLost(tx, r, now, &c)
+			}
+		}
+		q := active[0]
+		if !q.Deadline.IsZero() && !q.Deadline.After(now) {
+			c.ended = append(c.ended, q.ID)
+			return lc.endUnstarted(tx, q, rein.ReasonTimeout, now)
+		}
+		if !local[q.ID] && admitting {
+			return errNothing // the admission kicks once it holds the run
+		}
+		if !local[q.ID] && !lc.exclusive {
+			// Another instance accepted it and claims it once the turn is
+			// free; it is adopted only once that instance looks gone: the
+			// turn has been free for a whole lease TTL.
+			free := q.CreatedAt
+			if lease != nil && lease.ExpiresAt.After(free) {
+				free = lease.ExpiresAt
+			}
+			if ended, err := lastEnd(tx); err != nil {
+				return err
+			} else if ended.After(free) {
+				free = ended
+			}
+			if d := free.Add(lc.ttl).Sub(now); d > 0 {
+				c.wait = d + time.Millisecond
+				return errNothing
+			}
+		}
+		l, err := tx.AcquireLease(lc.instance, q.ID, lc.ttl)
+		if err != nil {
+			return err
+		}
+		rec, err := tx.UpdateRun(q.ID, store.RunUpdate{Status: rein.StatusRunning, StartedAt: now, Instance: lc.instance})
+		if err != nil {
+			return err
+		}
+		if err := tx.AppendHistory(inputMessage(rec)); err != nil {
+			return err
+		}
+		if _, err := tx.AppendEvents(rein.NewEvent(rein.EventRunStarted, rec.ID, rein.RunStartedPayload{RunID: rec.ID})); err != nil {
+			return err
+		}
+		c.rec, c.lease = rec, l
+		return nil
+	})
+	if errors.Is(err, errNothing) {
+		err = nil
+	}
+	return c, err
+}
+
+// lastEnd is when the session's most recent run ended (zero if none).
+func lastEnd(tx store.Tx) (time.Time, error) {
+	runs, err := tx.Runs(rein.StatusCompleted, rein.StatusFailed, rein.StatusCancelled)
+	if err != nil {
+		return time.Time{}, err
+	}
+	var t time.Time
+	for _, r := range runs {
+		if r.EndedAt.After(t) {
+			t = r.EndedAt
+		}
+	}
+	return t, nil
+}
+
+// recoverLost handles a RUNNING run whose lease is gone (its instance died
+// or lost the lease): resume it here, or end it.
+func (lc *lifecycle) recoverLost(tx store.Tx, r *store.RunRecord, now time.Time, c *claim) error {
+	hist, err := tx.History()
+	if err != nil {
+		return err
+	}
+	asst, unanswered := openStep(hist, r.ID)
+	confs, err := tx.Confirmations("")
+	if err != nil {
+		return err
+	}
+	byID := map[string]*store.Confirmation{}
+	for _, cf := range confs {
+		if cf.RunID == r.ID {
+			byID[cf.ToolUseID] = cf
+		}
+	}
+	end := func(reason rein.Reason, errText string) error {
+		c.ended = append(c.ended, r.ID)
+		msgs, evs := closeCalls(r.ID, asst, unanswered, byID, true)
+		if reason.HasReply() {
+			evs = append(evs, rein.NewEvent(rein.EventMessage, r.ID, rein.MessagePayload{RunID: r.ID, Text: "", Reason: reason, Usage: &r.Usage}))
+		}
+		return lc.writeEnd(tx, r, endState{reason: reason, errText: errText, msgs: msgs, evs: evs, usage: r.Usage}, now, 0)
+	}
+	switch {
+	case !r.Deadline.IsZero() && !r.Deadline.After(now):
+		return end(rein.ReasonTimeout, "")
+	case r.Stop == string(rein.StopCancel) || r.Stop == stopRollback:
+		return end(rein.ReasonCancelled, "")
+	case r.Stop == string(rein.StopInterrupt):
+		return end(rein.ReasonInterrupted, "")
+	case r.Resumes >= lc.resumeAttempts:
+		return end(rein.ReasonError, lostInstance)
+	}
+	// Resume: every call of the cut step without a result is answered now,
+	// never run again — in doubt if it may have started, with its denial
+	// if it was denied; a call still waiting for its confirmation keeps
+	// waiting.
+	msgs, evs := closeCalls(r.ID, asst, unanswered, byID, false)
+	l, err := tx.AcquireLease(lc.instance, r.ID, lc.ttl)
+	if err != nil {
+		return err
+	}
+	n := r.Resumes + 1
+	rec, err := tx.UpdateRun(r.ID, store.RunUpdate{Resumes: &n, Instance: lc.instance})
+	if err != nil {
+		return err
+	}
+	if len(msgs) > 0 {
+		if err := tx.AppendHistory(msgs...); err != nil {
+			return err
+		}
+	}
+	if len(evs) > 0 {
+		if _, err := tx.AppendEvents(evs...); err != nil {
+			return err
+		}
+	}
+	c.rec, c.lease, c.resumed = rec, l, true
+	return nil
+}
+
+// lostInstance is the error recorded on a run whose instance was lost once
+// too often.
+const lostInstance = "instance lost"
+
+// openStep finds run's last saved step with tool calls and the calls that
+// have no result in hist (nil when the run has no open step).
+func openStep(hist []rein.Message, runID string) (*rein.Message, []rein.ToolCall) {
+	var asst *rein.Message
+	answered := map[string]bool{}
+	for i := range hist {
+		m := &hist[i]
+		if m.RunID != runID {
+			continue
+		}
+		switch m.Role {
+		case rein.RoleAssistant:
+			if !m.Partial {
+				asst = m
+				answered = map[string]bool{}
+			}
+		case rein.RoleTool:
+			answered[m.ToolCallID] = true
+		}
+	}
+	if asst == nil {
+		return nil, nil
+	}
+	var open []rein.ToolCall
+	for _, c := range asst.ToolCalls {
+		if !answered[c.ID] {
+			open = append(open, c)
+		}
+	}
+	return asst, open
+}
+
+// closeCalls answers the open calls of a lost run's cut step: denied →
+// the denial; pending → left waiting unless ending (then the stop's
+// synthetic result); otherwise (it may have run) in doubt.
+func closeCalls(runID string, asst *rein.Message, open []rein.ToolCall, confs map[string]*store.Confirmation, ending bool) ([]rein.Message, []rein.Event) {
+	var msgs []rein.Message
+	var evs []rein.Event
+	for _, c := range open {
+		out, inDoubt := rein.InDoubtToolOutput, true
+		if cf := confs[c.ID]; cf != nil {
+			switch cf.State {
+			case store.ConfirmationDenied:
+				out, inDoubt = agent.DeniedOutput(cf.DenyMessage), false
+			case store.ConfirmationPending, store.ConfirmationClosed:
+				// Never allowed, so never started.
+				if !ending {
+					continue
+				}
+				out, inDoubt = rein.InterruptedToolOutput, false
+			}
+		}
+		m := rein.Message{Role: rein.RoleTool, ToolCallID: c.ID, ToolName: c.Name, Text: out, IsError: true, RunID: runID, Step: asst.Step}
+		msgs = append(msgs, m)
+		evs = append(evs, rein.NewEvent(rein.EventToolResult, runID, rein.ToolResultPayload{
+			RunID: runID, ToolUseID: c.ID, Output: out, IsError: true, InDoubt: inDoubt}))
+	}
+	return msgs, evs
+}
+
+// --------------------------------------------------------- a run's steps
+
+// consume moves the session's queued supplements into (runID, step).
+func (lc *lifecycle) consume(ctx context.Context, key rein.SessionKey, fence store.Fence, runID string, step int) ([]rein.Message, error) {
+	var hints []rein.Message
+	err := lc.update(ctx, key, fence, func(tx store.Tx) error {
+		hints = nil
+		sups, err := tx.QueuedSupplements()
+		if err != nil {
+			return err
+		}
+		if len(sups) == 0 {
+			return errNothing
+		}
+		ids := make([]string, len(sups))
+		evs := make([]rein.Event, len(sups))
+		hints = make([]rein.Message, len(sups))
+		for i, s := range sups {
+			ids[i] = s.ID
+			hints[i] = rein.Message{Role: rein.RoleUser, Text: s.Text, Hint: &rein.Hint{ID: s.ID, Source: s.Source}, RunID: runID, Step: step}
+			evs[i] = rein.NewEvent(rein.EventSupplementConsumed, runID, rein.SupplementConsumedPayload{SupplementID: s.ID, RunID: runID, Step: step})
+		}
+		if err := tx.ConsumeSupplements(ids, runID, step); err != nil {
+			return err
+		}
+		if err := tx.AppendHistory(hints...); err != nil {
+			return err
+		}
+		_, err = tx.AppendEvents(evs...)
+		return err
+	})
+	if errors.Is(err, errNothing) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	return hints, nil
+}
+
+// saveStep records a step's assistant message, its agent.tool_use events
+// and the confirmation requests of confirm, in the model's order.
+func (lc *lifecycle) saveStep(ctx context.Context, key rein.SessionKey, fence store.Fence, runID string, step int, asst rein.Message, confirm []rein.ToolCall) error {
+	return lc.update(ctx, key, fence, func(tx store.Tx) error {
+		if err := tx.AppendHistory(asst); err != nil {
+			return err
+		}
+		now := tx.Now()
+		for _, c := range confirm {
+			if err := tx.CreateConfirmation(&store.Confirmation{
+				Owner: key.Owner, SessionID: key.ID, RunID: runID, ToolUseID: c.ID, Name: c.Name,
+				Input: c.Input, State: store.ConfirmationPending, CreatedAt: now,
+			}); err != nil {
+				return err
+			}
+		}
+		evs := agent.StepEvents(runID, step, asst.ToolCalls, confirm)
+		if len(evs) == 0 {
+			return nil
+		}
+		_, err := tx.AppendEvents(evs...)
+		return err
+	})
+}
+
+// saveResult records one tool result and its agent.tool_result.
+func (lc *lifecycle) saveResult(ctx context.Context, key rein.SessionKey, fence store.Fence, res rein.Message) error {
+	return lc.update(ctx, key, fence, func(tx store.Tx) error {
+		if err := tx.AppendHistory(res); err != nil {
+			return err
+		}
+		_, err := tx.AppendEvents(agent.ResultEvent(res))
+		return err
+	})
+}
+
+// ----------------------------------------------------------------- stops
+
+// stopOutcome is what stop decided for a run not held by this instance.
+type stopOutcome struct {
+	accepted bool
+	// ended: the run was queued and ended by the stop's own write.
+	ended bool
+}
+
+// stopRemote is a stop of a run this instance does not hold: logged with
+// the truth of the store, recorded on the run so that its holder (or
+// whoever resumes it) applies it, and a queued run ended at once.
+func (lc *lifecycle) stopRemote(ctx context.Context, key rein.SessionKey, runID string, mode rein.StopMode, msg *string) (stopOutcome, error) {
+	var o stopOutcome
+	err := lc.update(ctx, key, store.Fence{}, func(tx store.Tx) error {
+		o = stopOutcome{}
+		now := tx.Now()
+		rec, err := tx.GetRun(runID)
+		if err != nil && !errors.Is(err, rein.ErrNotFound) {
+			return err
+		}
+		if rec != nil && !rec.Status.Terminal() {
+			o.accepted = true
+		}
+		if _, err := tx.AppendEvents(interruptEvent(runID, mode, msg, o.accepted)); err != nil {
+			return err
+		}
+		if !o.accepted {
+			return nil
+		}
+		if rec.Status == rein.StatusQueued {
+			o.ended = true
+			return lc.endUnstarted(tx, rec, rein.ReasonCancelled, now)
+		}
+		_, err = tx.UpdateRun(runID, store.RunUpdate{Stop: string(mode)})
+		return err
+	})
+	return o, err
+}
+
+// logStop records an accepted stop of a run held here (the handle decides
+// it; this is its announcement, logged before the run's end).
+func (lc *lifecycle) logStop(ctx context.Context, key rein.SessionKey, runID string, mode rein.StopMode, msg *string) error {
+	return lc.update(ctx, key, store.Fence{}, func(tx store.Tx) error {
+		_, err := tx.AppendEvents(interruptEvent(runID, mode, msg, true))
+		return err
+	})
+}
+
+func interruptEvent(runID string, mode rein.StopMode, msg *string, accepted bool) rein.Event {
+	p := rein.UserInterruptPayload{Mode: string(mode), Accepted: accepted, Message: msg}
+	if runID != "" {
+		p.RunID = &runID
+	}
+	return rein.NewEvent(rein.EventUserInterrupt, runID, p)
+}
+
+// ------------------------------------------------------------------- end
+
+// endState is how a run ends and what its closing write carries.
+type endState struct {
+	reason  rein.Reason
+	errText string
+	usage   rein.Usage
+	// msgs and evs are the loop's closing writes (Journal.Finish).
+	msgs []rein.Message
+	evs  []rein.Event
+}
+
+// end records a run's end in one write. fence and leaseToken are zero for
+// a run that never started here. It reports false, writing nothing, when
+// the run had already ended, or (unstarted) was claimed elsewhere.
+func (lc *lifecycle) end(ctx context.Context, key rein.SessionKey, fence store.Fence, runID string, started bool, es endState) (bool, error) {
+	wrote := false
+	err := lc.update(ctx, key, fence, func(tx store.Tx) error {
+		wrote = false
+		rec, err := tx.GetRun(runID)
+		if err != nil {
+			return err
+		}
+		if rec.Status.Terminal() || (!started && rec.Status != rein.StatusQueued) {
+			return errNothing
+		}
+		if err := lc.writeEnd(tx, rec, es, tx.Now(), fence.Token); err != nil {
+			return err
+		}
+		wrote = true
+		return nil
+	})
+	if errors.Is(err, errNothing) {
+		err = nil
+	}
+	return wrote, err
+}
+
+// endUnstarted ends a queued run that never ran.
+func (lc *lifecycle) endUnstarted(tx store.Tx, r *store.RunRecord, reason rein.Reason, now time.Time) error {
+	return lc.writeEnd(tx, r, endState{reason: reason}, now, 0)
+}
+
+// writeEnd is the end of a run inside a transaction: closing messages and
+// events, closed confirmations, the terminal record, session.run_completed
+// as the run's last event, and the lease released (leaseToken 0: none).
+func (lc *lifecycle) writeEnd(tx store.Tx, r *store.RunRecord, es endState, now time.Time, leaseToken int64) error {
+	if len(es.msgs) > 0 {
+		if err := tx.AppendHistory(es.msgs...); err != nil {
+			return err
+		}
+	}
+	if err := tx.CloseConfirmations(r.ID); err != nil {
+		return err
+	}
+	status := es.reason.Status()
+	rolled := r.Stop == stopRollback
+	usage := es.usage
+	if _, err := tx.UpdateRun(r.ID, store.RunUpdate{Status: status, Reason: es.reason, Error: es.errText,
+		EndedAt: now, Usage: &usage, RolledBack: rolled}); err != nil {
+		return err
+	}
+	evs := append(es.evs, rein.NewEvent(rein.EventRunCompleted, r.ID, rein.RunCompletedPayload{
+		RunID: r.ID, Status: status, Reason: es.reason, Error: es.errText, RolledBack: rolled}))
+	if _, err := tx.AppendEvents(evs...); err != nil {
+		return err
+	}
+	if leaseToken != 0 {
+		return tx.ReleaseLease(leaseToken)
+	}
+	// A lost run's lease (expired, not ours) goes too, so the turn is free.
+	if l, err := tx.Lease(); err != nil {
+		return err
+	} else if l != nil && l.RunID == r.ID && !l.ExpiresAt.After(now) {
+		return tx.ReleaseLease(l.Token)
+	}
+	return nil
+}
+
+// errorText is the error recorded on a failed run.
+func errorText(res error) string {
+	if res == nil {
+		return ""
+	}
+	return fmt.Sprint(res)
+}

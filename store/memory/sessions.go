@@ -1,0 +1,135 @@
+package memory
+
+import (
+	"bytes"
+	"cmp"
+	"context"
+	"slices"
+	"strings"
+
+	"github.com/reinhq/rein"
+	"github.com/reinhq/rein/store"
+)
+
+// CreateSession implements store.Sessions.
+func (s *Store) CreateSession(ctx context.Context, in *store.Session) error {
+	if in.ID == "" {
+		return rein.InvalidArgument("id", "session id is empty")
+	}
+	meta, err := jsonOrEmpty("metadata", in.Metadata)
+	if err != nil {
+		return err
+	}
+	if err := s.lock(ctx); err != nil {
+		return err
+	}
+	defer s.mu.Unlock()
+	key := in.Key()
+	if _, exists := s.sessions[key]; exists {
+		return rein.Errorf(rein.CodeConflict, "session %q already exists", in.ID)
+	}
+	if in.ParentID != "" {
+		if _, err := s.get(rein.SessionKey{Owner: in.Owner, ID: in.ParentID}); err != nil {
+			return notFound("parent session")
+		}
+	}
+	rec := cloneSession(in)
+	rec.Metadata = meta
+	rec.CreatedAt = norm(in.CreatedAt)
+	if rec.CreatedAt.IsZero() {
+		rec.CreatedAt = s.now()
+	}
+	s.nextOrder++
+	s.sessions[key] = &session{
+		rec:           *rec,
+		order:         s.nextOrder,
+		wake:          make(chan struct{}),
+		runs:          map[string]*store.RunRecord{},
+		runsByClient:  map[string]string{},
+		supplements:   map[string]*store.Supplement{},
+		confirmations: map[string]*store.Confirmation{},
+	}
+	in.Metadata = bytes.Clone(meta)
+	in.CreatedAt = rec.CreatedAt
+	return nil
+}
+
+// GetSession implements store.Sessions.
+func (s *Store) GetSession(ctx context.Context, key rein.SessionKey) (*store.Session, error) {
+	if err := s.lock(ctx); err != nil {
+		return nil, err
+	}
+	defer s.mu.Unlock()
+	ss, err := s.get(key)
+	if err != nil {
+		return nil, err
+	}
+	return cloneSession(&ss.rec), nil
+}
+
+// ListSessions implements store.Sessions.
+func (s *Store) ListSessions(ctx context.Context, owner string) ([]*store.Session, error) {
+	if err := s.lock(ctx); err != nil {
+		return nil, err
+	}
+	defer s.mu.Unlock()
+	out := []*store.Session{}
+	for key, ss := range s.sessions {
+		if key.Owner == owner {
+			out = append(out, cloneSession(&ss.rec))
+		}
+	}
+	slices.SortFunc(out, func(a, b *store.Session) int {
+		if c := b.CreatedAt.Compare(a.CreatedAt); c != 0 {
+			return c
+		}
+		return strings.Compare(b.ID, a.ID)
+	})
+	return out, nil
+}
+
+// ListChildren implements store.Sessions.
+func (s *Store) ListChildren(ctx context.Context, key rein.SessionKey) ([]*store.Session, error) {
+	if err := s.lock(ctx); err != nil {
+		return nil, err
+	}
+	defer s.mu.Unlock()
+	var kids []*session
+	for k, ss := range s.sessions {
+		if k.Owner == key.Owner && ss.rec.ParentID == key.ID {
+			kids = append(kids, ss)
+		}
+	}
+	// Creation order: by CreatedAt, then by the order CreateSession ran,
+	// which is what a database's insertion sequence gives.
+	slices.SortFunc(kids, func(a, b *session) int {
+		if c := a.rec.CreatedAt.Compare(b.rec.CreatedAt); c != 0 {
+			return c
+		}
+		return cmp.Compare(a.order, b.order)
+	})
+	out := make([]*store.Session, 0, len(kids))
+	for _, k := range kids {
+		out = append(out, cloneSession(&k.rec))
+	}
+	return out, nil
+}
+
+// SetSystem implements store.Sessions.
+func (s *Store) SetSystem(ctx context.Context, key rein.SessionKey, system *string) error {
+	if err := s.lock(ctx); err != nil {
+		return err
+	}
+	defer s.mu.Unlock()
+	ss, err := s.get(key)
+	if err != nil {
+		return err
+	}
+	if system == nil {
+		ss.rec.System = nil
+	} else {
+		v := *system
+		ss.rec.System = &v
+	}
+	return nil
+}

@@ -1,0 +1,458 @@
+package postgres
+
+import (
+	"context"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/reinhq/rein"
+	"github.com/reinhq/rein/store"
+)
+
+// Update runs fn in one transaction on the session (decision 0023).
+//
+// The transaction is opened together with the locks that make it the only
+// writer of the session, in one round trip, in the order every writer of
+// the package takes them (session row, lease row, counter row; see
+// lockSessionSQL and the group commit in events.go), so no two writers,
+// in any processes, can wait for each other in a cycle:
+//
+//  1. the session row FOR UPDATE: every public write to the session
+//     key-share-locks that row first and so waits for us (and foreign key
+//     checks of inserts into the session's tables take that same lock);
+//  2. the lease row FOR UPDATE, if there is one: the fence check, held
+//     until commit, and the lock that Tx.AcquireLease and Tx.ReleaseLease
+//     need, taken now so it never has to be upgraded from a share lock
+//     (two share holders upgrading would deadlock);
+//  3. the event counter row FOR NO KEY UPDATE: appends to the session,
+//     from any process, wait for us, so Tx.AppendEvents can assign seqs
+//     from the value read here.
+//
+// Writes whose outcome fn needs (a run's creation, a supplement's push)
+// are sent when made; events and history, which cannot be refused once
+// validated, are held back and sent with the COMMIT in the last round trip,
+// together with the NOTIFY that wakes other processes' readers.
+func (s *Store) Update(ctx context.Context, key rein.SessionKey, fence store.Fence, fn func(tx store.Tx) error) error {
+	if err := s.checkOpen(); err != nil {
+		return err
+	}
+	octx, cancel := s.opContext(ctx)
+	defer cancel()
+	u := &updateTx{s: s, ctx: ctx, octx: octx, key: key}
+	defer u.end()
+	if err := u.begin(fence); err != nil {
+		return err
+	}
+	if err := fn(u); err != nil {
+		u.rollback()
+		return err
+	}
+	if u.err != nil {
+		// A statement failed and the database aborted the transaction:
+		// nothing fn wrote can commit, whatever fn made of the error.
+		u.rollback()
+		return u.err
+	}
+	return u.commit()
+}
+
+// updateTx is an Update's transaction: a pooled connection inside BEGIN,
+// holding the session's locks. It is not safe for concurrent use.
+type updateTx struct {
+	s         *Store
+	ctx, octx context.Context
+	key       rein.SessionKey
+	conn      *pgxpool.Conn
+
+	// now is Tx.Now; leaseNow the time lease expiry is judged by as a
+	// statement argument (nil: the database's now(), which equals now).
+	now      time.Time
+	leaseNow *time.Time
+
+	lease   *store.Lease // the session's lease as this transaction sees it
+	lastSeq int64        // the counter, counting held-back events
+
+	events  []rein.Event // held back for the commit, seqs assigned
+	history []string     // held back for the commit, encoded
+
+	// err is the failure that aborted the database transaction.
+	err  error
+	done bool
+}
+
+var _ store.Tx = (*updateTx)(nil)
+
+var errTxDone = rein.Errorf(rein.CodeInternal, "postgres: Tx used after its Update returned")
+
+// begin acquires a connection, opens the transaction and takes the locks,
+// then checks the fence. A connection found dead before anything was sent
+// (a pooled one after a database restart) is replaced once.
+func (u *updateTx) begin(fence store.Fence) error {
+	var err error
+	for attempt := 0; ; attempt++ {
+		u.conn, err = u.s.pool.Acquire(u.octx)
+		if err != nil {
+			return u.s.fail(u.ctx, u.octx, "update", err)
+		}
+		var found bool
+		found, err = u.lock()
+		if err == nil {
+			if !found {
+				u.rollback()
+				return errSessionNotFound
+			}
+			break
+		}
+		if attempt > 0 || !isRetryable(err) {
+			u.rollback()
+			return u.s.fail(u.ctx, u.octx, "update", err)
+		}
+		u.conn.Release() // destroyed: it is broken, or left inside BEGIN
+		u.conn = nil
+	}
+	if fence.Token != 0 && (u.lease == nil || u.lease.Token != fence.Token) {
+		u.rollback()
+		return errLeaseLost
+	}
+	if u.s.leaseClock != nil {
+		t := u.s.leaseClock.Now()
+		u.now, u.leaseNow = dbTime(t), &t
+	}
+	return nil
+}
+
+// lock runs BEGIN and the three lock statements in one round trip and
+// reports whether the session exists.
+func (u *updateTx) lock() (bool, error) {
+	var found, counted bool
+	u.lease = nil
+	b := &pgx.Batch{}
+	b.Queue(`BEGIN ISOLATION LEVEL READ COMMITTED`)
+	queryRow(b, scanTime, &u.now, &found, `SELECT now() FROM sessions WHERE owner = $1 AND id = $2 FOR UPDATE`,
+		u.key.Owner, u.key.ID)
+	queryRow(b, scanLease, &u.lease, nil, `SELECT `+leaseColumns+` FROM leases WHERE owner = $1 AND session_id = $2 FOR UPDATE`,
+		u.key.Owner, u.key.ID)
+	queryRow(b, scanInt, &u.lastSeq, &counted, `SELECT last_seq FROM event_seqs WHERE owner = $1 AND session_id = $2 FOR NO KEY UPDATE`,
+		u.key.Owner, u.key.ID)
+	if err := u.conn.SendBatch(u.octx, b).Close(); err != nil {
+		return false, err
+	}
+	if found && !counted {
+		return false, rein.Errorf(rein.CodeInternal, "postgres: session %s has no event counter", u.key.ID)
+	}
+	u.now = u.now.UTC()
+	return found, nil
+}
+
+func scanTime(row pgx.Row) (time.Time, error) {
+	var t time.Time
+	err := row.Scan(&t)
+	return t, err
+}
+
+// commit sends the held-back writes, the NOTIFY and the COMMIT in one
+// round trip. If any of them fails the database skips the rest, COMMIT
+// included, and the transaction is rolled back.
+func (u *updateTx) commit() error {
+	b := &pgx.Batch{}
+	queueHistory(b, u.key, 0, u.history)
+	if len(u.events) > 0 {
+		var (
+			ec   eventColumns
+			seqs = make([]int64, len(u.events))
+		)
+		for i := range u.events {
+			seqs[i] = u.events[i].Seq
+			ec.add(&u.events[i])
+		}
+		b.Queue(commitEventsSQL, u.key.Owner, u.key.ID, u.lastSeq, seqs, ec.ids, ec.runIDs, ec.types, ec.payloads, ec.times)
+		b.Queue(notifySQL, u.s.channel, []string{u.key.Owner}, []string{u.key.ID})
+	}
+	b.Queue(`COMMIT`)
+	if err := u.send("update: commit", b); err != nil {
+		// A failure of the COMMIT itself (the connection lost) leaves
+		// the outcome unknown, as for any write whose answer is lost.
+		u.rollback()
+		return err
+	}
+	u.done = true
+	if len(u.events) > 0 {
+		u.s.hub.notify(u.key, u.lastSeq)
+	}
+	return nil
+}
+
+// commitEventsSQL writes an Update's events with the seqs it assigned from
+// the counter row it holds, and moves the counter past them. The primary
+// key would refuse a seq taken by anyone else, so even a flaw in the
+// locking could not duplicate one.
+const commitEventsSQL = `
+WITH counter AS (
+    UPDATE event_seqs SET last_seq = $3 WHERE owner = $1 AND session_id = $2
+)
+INSERT INTO events (owner, session_id, seq, id, run_id, type, payload, created_at)
+SELECT $1, $2, e.seq, e.id, e.run_id, e.type, e.payload::json, e.created_at
+FROM unnest($4::bigint[], $5::text[], $6::text[], $7::text[], $8::text[], $9::timestamptz[])
+    AS e(seq, id, run_id, type, payload, created_at)`
+
+// rollback ends the transaction if it is still open. If that fails too,
+// Release destroys the connection, and the server rolls back when it goes.
+func (u *updateTx) rollback() {
+	u.done = true
+	if u.conn == nil || u.conn.Conn().PgConn().TxStatus() == 'I' || u.conn.Conn().IsClosed() {
+		return
+	}
+	_, _ = u.conn.Exec(u.octx, `ROLLBACK`)
+}
+
+func (u *updateTx) end() {
+	u.done = true
+	if u.conn != nil {
+		u.conn.Release()
+		u.conn = nil
+	}
+}
+
+// send runs b inside the transaction. A failure that aborted the
+// transaction (anything the server refused, a lost connection) is kept:
+// every later call, and the Update, returns it.
+func (u *updateTx) send(op string, b *pgx.Batch) error {
+	if err := u.usable(); err != nil {
+		return err
+	}
+	err := u.conn.SendBatch(u.octx, b).Close()
+	if err == nil {
+		return nil
+	}
+	pc := u.conn.Conn().PgConn()
+	err = u.s.fail(u.ctx, u.octx, op, err)
+	if pc.IsClosed() || pc.TxStatus() != 'T' {
+		u.err = err
+	}
+	return err
+}
+
+func (u *updateTx) usable() error {
+	if u.done {
+		return errTxDone
+	}
+	return u.err
+}
+
+// sameSession refuses a record that names another session than the
+// Update's: a Tx acts on its own session only.
+func (u *updateTx) sameSession(owner, sessionID, what string) error {
+	if owner != u.key.Owner || sessionID != u.key.ID {
+		return rein.InvalidArgument("session_id", "%s names session %s/%s, not the Update's session %s", what, owner, sessionID, u.key)
+	}
+	return nil
+}
+
+// Now is the transaction's time: the start of the database transaction,
+// or Options.Clock's reading when set. Times the store stamps inside the
+// Update (a zero CreatedAt, consumption and resolution times) are this one,
+// so one transition carries one time.
+func (u *updateTx) Now() time.Time { return u.now }
+
+// Lease returns the session's lease as this transaction sees it.
+func (u *updateTx) Lease() (*store.Lease, error) {
+	if err := u.usable(); err != nil {
+		return nil, err
+	}
+	if u.lease == nil {
+		return nil, nil
+	}
+	l := *u.lease
+	return &l, nil
+}
+
+// AcquireLease takes the session's turn inside the transaction. The lease
+// row lock the Update holds keeps the new token current until commit, so
+// the writes that follow are fenced by it without further checks.
+func (u *updateTx) AcquireLease(holder, runID string, ttl time.Duration) (*store.Lease, error) {
+	l, err := acquireLease(u, u.key, holder, runID, ttl, u.leaseNow)
+	if err != nil {
+		return nil, err
+	}
+	u.lease = l
+	cp := *l
+	return &cp, nil
+}
+
+// ReleaseLease drops the session's lease if its token is token.
+func (u *updateTx) ReleaseLease(token int64) error {
+	if err := releaseLease(u, u.key, token); err != nil {
+		return err
+	}
+	if u.lease != nil && u.lease.Token == token {
+		u.lease = nil
+	}
+	return nil
+}
+
+// txRunsSQL lists the session's runs in any of the statuses $3 (all when
+// empty), in queue order.
+const txRunsSQL = `SELECT ` + runColumns + ` FROM runs
+	WHERE owner = $1 AND session_id = $2 AND (cardinality($3::text[]) = 0 OR status = ANY($3::text[]))
+	ORDER BY queue_order, created_at, id`
+
+// Runs returns the session's runs in any of the statuses, in queue order.
+func (u *updateTx) Runs(statuses ...rein.RunStatus) ([]*store.RunRecord, error) {
+	ss := make([]string, len(statuses))
+	for i, st := range statuses {
+		ss[i] = string(st)
+	}
+	out := []*store.RunRecord{}
+	b := &pgx.Batch{}
+	queryRows(b, scanRun, &out, txRunsSQL, u.key.Owner, u.key.ID, ss)
+	if err := u.send("list runs", b); err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+// GetRun returns a run of the session.
+func (u *updateTx) GetRun(runID string) (*store.RunRecord, error) {
+	return getRun(u, getRunSQL, u.key, runID)
+}
+
+// GetRunByClientID returns the session's run with that client id.
+func (u *updateTx) GetRunByClientID(clientID string) (*store.RunRecord, error) {
+	if err := u.usable(); err != nil {
+		return nil, err
+	}
+	if clientID == "" {
+		return nil, errRunNotFound
+	}
+	return getRun(u, getRunByClientSQL, u.key, clientID)
+}
+
+// CreateRun stores r inside the transaction.
+func (u *updateTx) CreateRun(r *store.RunRecord) error {
+	if err := u.usable(); err != nil {
+		return err
+	}
+	if err := u.sameSession(r.Owner, r.SessionID, "run"); err != nil {
+		return err
+	}
+	return createRun(u, r, u.now)
+}
+
+// UpdateRun applies ru to a run inside the transaction. The Update checked
+// its fence and holds it, so no fence is checked here.
+func (u *updateTx) UpdateRun(runID string, ru store.RunUpdate) (*store.RunRecord, error) {
+	return updateRun(u, u.key, 0, runID, ru)
+}
+
+// AppendHistory validates and holds msgs back for the commit.
+func (u *updateTx) AppendHistory(msgs ...rein.Message) error {
+	if err := u.usable(); err != nil {
+		return err
+	}
+	enc, err := encodeHistory(msgs)
+	if err != nil {
+		return err
+	}
+	u.history = append(u.history, enc...)
+	return nil
+}
+
+// History returns the transcript, including what this transaction
+// appended: the held-back messages are sent first, in the same round trip.
+func (u *updateTx) History() ([]rein.Message, error) {
+	if err := u.usable(); err != nil {
+		return nil, err
+	}
+	out := []rein.Message{}
+	b := &pgx.Batch{}
+	queueHistory(b, u.key, 0, u.history)
+	queryRows(b, scanMessage, &out, loadHistorySQL, u.key.Owner, u.key.ID)
+	if err := u.send("load history", b); err != nil {
+		return nil, err
+	}
+	u.history = nil
+	return out, nil
+}
+
+// AppendEvents assigns evs the seqs after the counter the transaction holds
+// and holds them back for the commit.
+func (u *updateTx) AppendEvents(evs ...rein.Event) ([]rein.Event, error) {
+	if err := u.usable(); err != nil {
+		return nil, err
+	}
+	out, err := prepareEvents(u.key, evs, u.now)
+	if err != nil {
+		return nil, err
+	}
+	for i := range out {
+		u.lastSeq++
+		out[i].Seq = u.lastSeq
+	}
+	u.events = append(u.events, out...)
+	return append([]rein.Event(nil), out...), nil
+}
+
+// PushSupplement stores a queued supplement inside the transaction.
+func (u *updateTx) PushSupplement(sup *store.Supplement) (*store.Supplement, bool, error) {
+	if err := u.usable(); err != nil {
+		return nil, false, err
+	}
+	if err := u.sameSession(sup.Owner, sup.SessionID, "supplement"); err != nil {
+		return nil, false, err
+	}
+	return pushSupplement(u, sup, u.now)
+}
+
+// QueuedSupplements returns the session's queued supplements in push order.
+func (u *updateTx) QueuedSupplements() ([]*store.Supplement, error) {
+	out := []*store.Supplement{}
+	b := &pgx.Batch{}
+	queryRows(b, scanSupplementOnly, &out, queuedSupplementsSQL, u.key.Owner, u.key.ID)
+	if err := u.send("list supplements", b); err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+// ConsumeSupplements marks each of ids consumed by (runID, step), all or
+// none.
+func (u *updateTx) ConsumeSupplements(ids []string, runID string, step int) error {
+	if err := u.usable(); err != nil {
+		return err
+	}
+	return consumeSupplementIDs(u, u.key, ids, runID, step, u.now)
+}
+
+// CreateConfirmation stores c as pending inside the transaction.
+func (u *updateTx) CreateConfirmation(c *store.Confirmation) error {
+	if err := u.usable(); err != nil {
+		return err
+	}
+	if err := u.sameSession(c.Owner, c.SessionID, "confirmation"); err != nil {
+		return err
+	}
+	return createConfirmation(u, c, u.now)
+}
+
+// ResolveConfirmation answers a pending confirmation inside the transaction.
+func (u *updateTx) ResolveConfirmation(toolUseID string, allow bool, denyMessage string) (*store.Confirmation, error) {
+	return resolveConfirmation(u, u.key, toolUseID, allow, denyMessage, u.now)
+}
+
+// CloseConfirmations closes the run's pending confirmations.
+func (u *updateTx) CloseConfirmations(runID string) error {
+	return closeConfirmations(u, u.key, runID, u.now)
+}
+
+// Confirmations returns the session's confirmations in a state ("" = all).
+func (u *updateTx) Confirmations(state store.ConfirmationState) ([]*store.Confirmation, error) {
+	out := []*store.Confirmation{}
+	b := &pgx.Batch{}
+	queryRows(b, scanConfirmation, &out, listConfirmationsSQL, u.key.Owner, u.key.ID, string(state))
+	if err := u.send("list confirmations", b); err != nil {
+		return nil, err
+	}
+	return out, nil
+}
