@@ -99,6 +99,16 @@ func TestRequestsOnTheWire(t *testing.T) {
 			body: `{"events":[{"type":"user.message","payload":{"text":"hi","when_busy":"enqueue","client_id":"c1","timeout_s":2.5}}]}`,
 		},
 		{
+			name: "rollback message",
+			call: func(c *Client) error {
+				_, err := c.SendMessage(t.Context(), "ses_1", Message{Text: "instead", WhenBusy: rein.WhenBusyRollback})
+				return err
+			},
+			answer: `{"results":[{"run_id":"run_2","status":"QUEUED"}]}`,
+			method: "POST", path: "/api/sessions/ses_1/events",
+			body: `{"events":[{"type":"user.message","payload":{"text":"instead","when_busy":"rollback"}}]}`,
+		},
+		{
 			name:   "minimal message",
 			call:   func(c *Client) error { _, err := c.SendMessage(t.Context(), "ses_1", Message{Text: "hi"}); return err },
 			answer: `{"results":[{"run_id":"run_1","status":"RUNNING"}]}`,

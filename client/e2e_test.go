@@ -589,6 +589,34 @@ func TestE2EWhenBusyInterrupt(t *testing.T) {
 	}
 }
 
+// TestE2EWhenBusyRollback: the current run is cancelled at once and its
+// completion says rolled back; the new run runs next, ahead of runs
+// already queued.
+func TestE2EWhenBusyRollback(t *testing.T) {
+	s := newStack(t, nil)
+	c := s.client("")
+	sid := newSession(t, c)
+	w := watch(t, c, sid)
+	a := send(t, c, sid, client.Message{Text: "long"})
+	w.until(is(rein.EventToolUse, a.RunID))
+	b := send(t, c, sid, client.Message{Text: "B", WhenBusy: rein.WhenBusyEnqueue})
+	m := send(t, c, sid, client.Message{Text: "M", WhenBusy: rein.WhenBusyRollback})
+	if m.Status != rein.StatusQueued {
+		t.Fatalf("when_busy=rollback answered %+v, want QUEUED", m)
+	}
+	if p := w.completion(a.RunID); p.Status != rein.StatusCancelled || p.Reason != rein.ReasonCancelled || !p.RolledBack {
+		t.Fatalf("A %+v, want CANCELLED/cancelled rolled back", p)
+	}
+	if p := w.completion(b.RunID); p.RolledBack {
+		t.Fatalf("B %+v", p)
+	}
+	mStart := w.until(is(rein.EventRunStarted, m.RunID))
+	bStart := w.until(is(rein.EventRunStarted, b.RunID))
+	if mStart.Seq > bStart.Seq {
+		t.Fatal("B ran before M")
+	}
+}
+
 // TestE2EClientIDRepeat: a repeat answers the first run and starts nothing,
 // while it runs and after it ended.
 func TestE2EClientIDRepeat(t *testing.T) {

@@ -10,6 +10,7 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/santhosh-tekuri/jsonschema/v6"
 	"go.yaml.in/yaml/v3"
@@ -221,6 +222,14 @@ func TestOpenAPIMatchesServer(t *testing.T) {
 		t.Fatalf("busy: %d %s", busy.status, busy.body)
 	}
 	api.check(t, "POST", "/api/sessions/{id}/events", busy)
+	// A rollback replaces the busy session's run; its run_completed says
+	// rolled_back, in the documented payload shape (checked below).
+	instead := s.post("tok", other, ev("user.message", map[string]any{"text": "instead", "when_busy": "rollback"}))
+	if instead.status != 200 {
+		t.Fatalf("rollback: %d %s", instead.status, instead.body)
+	}
+	api.check(t, "POST", "/api/sessions/{id}/events", instead)
+	s.completion("tok", other, instead.json(t)["results"].([]any)[0].(map[string]any)["run_id"].(string))
 
 	// The stream answers text/event-stream.
 	resp, cancel := s.openStream("tok", sid, "", "")
@@ -233,13 +242,40 @@ func TestOpenAPIMatchesServer(t *testing.T) {
 	cancel()
 	api.check(t, "GET", "/api/sessions/{id}/events/stream", reply{status: bad.StatusCode, header: bad.Header, body: b})
 
-	// Every event the log holds matches the Event schema.
+	// Every event the logs hold matches the Event schema.
 	evSchema := api.schema(t, "Event")
-	for _, e := range s.events("tok", sid) {
+	for _, e := range append(s.events("tok", sid), s.events("tok", other)...) {
 		j, _ := e.MarshalJSON()
 		v, _ := jsonschema.UnmarshalJSON(bytes.NewReader(j))
 		if err := evSchema.Validate(v); err != nil {
 			t.Fatalf("event %s does not match the Event schema: %v", j, err)
+		}
+	}
+	if _, err := find(s.events("tok", other), func(e rein.Event) bool {
+		return e.Type == rein.EventRunCompleted && payloadOf(t, e)["rolled_back"] == true
+	}); err != nil {
+		t.Fatal("no rolled-back run_completed in the log")
+	}
+	// The payload schemas bite: a resume's events as documented pass, and
+	// payloads off the documented shape fail.
+	for _, c := range []struct {
+		typ     rein.EventType
+		payload string
+		ok      bool
+	}{
+		{rein.EventStepRestarted, `{"run_id":"run_1","step":2,"attempt":2}`, true},
+		{rein.EventToolResult, `{"run_id":"run_1","tool_use_id":"call_1","output":"in doubt: x","is_error":true,"in_doubt":true}`, true},
+		{rein.EventStepRestarted, `{"run_id":"run_1","step":2,"attempt":1}`, false},
+		{rein.EventStepRestarted, `{"run_id":"run_1","step":2}`, false},
+		{rein.EventToolResult, `{"run_id":"run_1","tool_use_id":"call_1","output":"x","is_error":false,"in_doubt":false}`, false},
+		{rein.EventRunCompleted, `{"run_id":"run_1","status":"CANCELLED","reason":"cancelled","rolled_back":false}`, false},
+		{rein.EventRunCompleted, `{"run_id":"run_1","status":"RUNNING","reason":"stop"}`, false},
+	} {
+		e := rein.Event{Seq: 1, ID: "evt_1", SessionID: "ses_1", RunID: "run_1", Type: c.typ, Payload: json.RawMessage(c.payload), CreatedAt: time.Now()}
+		j, _ := e.MarshalJSON()
+		v, _ := jsonschema.UnmarshalJSON(bytes.NewReader(j))
+		if err := evSchema.Validate(v); (err == nil) != c.ok {
+			t.Errorf("%s %s: valid=%v, want %v (%v)", c.typ, c.payload, err == nil, c.ok, err)
 		}
 	}
 }
@@ -261,6 +297,7 @@ func TestOpenAPIRequestSchema(t *testing.T) {
 		`{"events":[{"type":"user.message","payload":{"text":""}}]}`,
 		`{"events":[{"type":"user.message","payload":{"text":"x","timeout_s":0}}]}`,
 		`{"events":[{"type":"user.message","payload":{"text":"x","when_busy":"never"}}]}`,
+		`{"events":[{"type":"user.message","payload":{"text":"x","when_busy":"rollback"}}]}`,
 		`{"events":[{"type":"user.tool_confirmation","payload":{"tool_use_id":"c","allow":"yes"}}]}`,
 		`{"events":[{"type":"agent.message","payload":{}}]}`,
 		`{"events":[]}`,

@@ -29,6 +29,11 @@ import (
 // configure, when set, adjusts the service's configuration (workspace,
 // lease TTL, observer, ...).
 func Service(script string, st store.Store, configure func(*sessions.Config)) (*sessions.Service, error) {
+	return ServiceWithTools(script, st, configure)
+}
+
+// ServiceWithTools is Service with extra tools beside the built-in ones.
+func ServiceWithTools(script string, st store.Store, configure func(*sessions.Config), extra ...tool.Tool) (*sessions.Service, error) {
 	m, err := scripted.Open(script)
 	if err != nil {
 		return nil, err
@@ -37,7 +42,7 @@ func Service(script string, st store.Store, configure func(*sessions.Config)) (*
 	if configure != nil {
 		configure(&cfg)
 	}
-	tools, err := tool.NewRegistry(tool.RegistryOptions{Logger: cfg.Logger}, builtin.All()...)
+	tools, err := tool.NewRegistry(tool.RegistryOptions{Logger: cfg.Logger}, append(builtin.All(), extra...)...)
 	if err != nil {
 		return nil, err
 	}

@@ -6,8 +6,8 @@
 // exactly-once inbox consumption, fenced writes, prompt wake-ups of event
 // readers — must hold across processes, and PostgreSQL is where they meet.
 //
-// Three design choices carry most of the weight (docs/decisions 0020, 0021
-// and 0022):
+// Four design choices carry most of the weight (docs/decisions 0020, 0021,
+// 0022 and 0023):
 //
 //   - Appends are group-committed. AppendEvents hands its events to a writer
 //     goroutine that collects every pending append into one pipelined
@@ -19,6 +19,14 @@
 //     session key and its new last seq; each Store keeps one dedicated
 //     listening connection, reconnects it when it drops, and wakes every
 //     waiter after a reconnect so none sleeps through a missed notification.
+//   - An Update is one transaction that locks the session first. It opens
+//     with the session row, the lease row and the event counter row locked
+//     (in that order, the order every writer here follows), sends the
+//     writes whose outcome its function needs as they are made, and holds
+//     events and history back for the last round trip, with the COMMIT.
+//     Every public write to a session key-share-locks the session row
+//     first, so it waits for an Update in any process rather than changing
+//     what the Update read. Lease expiry is judged by the database's now().
 //   - Database trouble is rein.CodeUnavailable. Connection failures, a
 //     server shutting down, an exhausted pool, or a database that does not
 //     answer within Options.Timeout all surface as unavailable errors, and

@@ -42,13 +42,9 @@ func TestUpdatesAndAppendsFromTwoStoresStayGapFree(t *testing.T) {
 	key := newSessionKey(t, a)
 
 	const perStore, appendsPerStore = 24, 48
-	type given struct {
-		seq int64
-		id  string
-	}
 	var (
 		mu     sync.Mutex
-		gave   []given
+		gave   []ack // every seq an Update or an append was given
 		counts = map[int]bool{}
 		wg     sync.WaitGroup
 		errs   = make(chan error, 2*(perStore+appendsPerStore))
@@ -57,7 +53,7 @@ func TestUpdatesAndAppendsFromTwoStoresStayGapFree(t *testing.T) {
 		mu.Lock()
 		defer mu.Unlock()
 		for _, e := range evs {
-			gave = append(gave, given{e.Seq, e.ID})
+			gave = append(gave, ack{e.Seq, e.ID})
 		}
 	}
 	start := make(chan struct{})
@@ -114,11 +110,7 @@ func TestUpdatesAndAppendsFromTwoStoresStayGapFree(t *testing.T) {
 	if want := 2 * (2*perStore + appendsPerStore); len(all) != want {
 		t.Fatalf("log has %d events, want %d", len(all), want)
 	}
-	acks := make([]ack, len(gave))
-	for i, g := range gave {
-		acks[i] = ack{g.seq, g.id}
-	}
-	checkLog(t, all, acks)
+	checkLog(t, all, gave)
 }
 
 // An Update on one instance wakes a reader waiting on another, through

@@ -59,7 +59,7 @@ type snapshot struct {
 	pending int
 	sups    []store.Supplement
 	confs   []store.Confirmation
-	lease   *store.Lease
+	lease   store.Lease // zero for none
 }
 
 func (t *T) snapshot(key rein.SessionKey, supIDs ...string) snapshot {
@@ -95,11 +95,11 @@ func (t *T) snapshot(key rein.SessionKey, supIDs ...string) snapshot {
 		c.Input = nil // compared by the rest; JSON may come back normalised
 		sn.confs = append(sn.confs, *c)
 	}
-	sn.lease, err = t.S.GetLease(t.Ctx, key)
-	if errors.Is(err, rein.ErrNotFound) {
-		err = nil
+	l, err := t.S.GetLease(t.Ctx, key)
+	if !errors.Is(err, rein.ErrNotFound) {
+		must(t, err, "GetLease")
+		sn.lease = *l
 	}
-	must(t, err, "GetLease")
 	return sn
 }
 
@@ -193,7 +193,7 @@ func testUpdateCommits(t *T) {
 			return err
 		}
 		if hist, err := tx.History(); err != nil || len(hist) != 2 {
-			return fmt.Errorf("History after AppendHistory = %d messages, %v; want 2", len(hist), err)
+			return fmt.Errorf("tx.History after AppendHistory = %d messages, %v; want 2", len(hist), err)
 		}
 		if stored, err = tx.AppendEvents(ev(rein.EventUserMessage, "run_1", `{"text":"go"}`), ev(rein.EventRunStarted, "run_1", `{}`)); err != nil {
 			return txMust(err, "AppendEvents")

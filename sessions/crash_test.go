@@ -1,0 +1,343 @@
+package sessions_test
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/reinhq/rein"
+	"github.com/reinhq/rein/internal/reintest"
+	"github.com/reinhq/rein/sessions"
+	"github.com/reinhq/rein/store"
+	"github.com/reinhq/rein/store/storetest"
+	"github.com/reinhq/rein/tool"
+	"github.com/reinhq/rein/tool/builtin"
+)
+
+// TestCrashWindows stops the store at every write of a run that streams,
+// calls a tool, takes a supplement and waits for a confirmation — once with
+// the write lost, once with it committed but its answer lost — restarts a
+// service on the same store, and checks what recovery made of it (DESIGN.md
+// rule 5: every crash window has a test).
+func TestCrashWindows(t *testing.T) { onBackends(t, testCrashWindows) }
+
+// counter is a tool that counts its executions per tool_use_id: a call
+// must never run twice, whatever crashed in between.
+type counter struct {
+	mu    sync.Mutex
+	calls map[string]int
+}
+
+func (c *counter) Spec() tool.Spec {
+	return tool.Spec{Name: "count", Description: "counts", InputSchema: json.RawMessage(`{"type":"object"}`)}
+}
+
+func (c *counter) Call(_ context.Context, call tool.Call) (tool.Result, error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.calls[call.ID]++
+	return tool.Result{Output: "counted"}, nil
+}
+
+func testCrashWindows(t *testing.T, open opener) {
+	for n := 1; ; n++ {
+		wrote := 0
+		for _, after := range []bool{false, true} {
+			name := fmt.Sprintf("write%d", n)
+			if after {
+				name += "-committed"
+			}
+			t.Run(name, func(t *testing.T) {
+				wrote = crashAt(t, open(t), n, after)
+			})
+			if t.Failed() {
+				return
+			}
+		}
+		if wrote < n {
+			// The scenario made fewer than n writes: every window is done.
+			if n < 8 {
+				t.Fatalf("the scenario made only %d writes", wrote)
+			}
+			return
+		}
+	}
+}
+
+// crashAt runs the scenario with the store crashing at write n and checks
+// recovery. It returns how many writes the scenario made before the crash
+// (all of them when it never came).
+func crashAt(t *testing.T, base store.Store, n int, afterCommit bool) int {
+	ctx := context.Background()
+	workspace := t.TempDir()
+	count := &counter{calls: map[string]int{}}
+	newService := func(st store.Store, instance string) *sessions.Service {
+		svc, err := reintest.ServiceWithTools("testdata/service.yaml", st, func(c *sessions.Config) {
+			c.Workspace, c.LeaseTTL, c.Instance = workspace, 150*time.Millisecond, instance
+		}, count)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := svc.Start(ctx); err != nil {
+			t.Fatal(err)
+		}
+		return svc
+	}
+	// The session exists before the faults start.
+	sess := &store.Session{Owner: "alice", ID: "ses_crash", Metadata: json.RawMessage("{}")}
+	if err := base.CreateSession(ctx, sess); err != nil {
+		t.Fatal(err)
+	}
+	key := sess.Key()
+	f := storetest.NewFaulty(base)
+	f.CrashAt(n, afterCommit)
+	first := newService(f, "first")
+
+	// The client's side: what it was answered for.
+	var ackedRuns, ackedSups, ackedConfirms []string
+	crashed, stopWaiting := context.WithCancel(ctx)
+	defer stopWaiting()
+	go func() {
+		select {
+		case <-f.Crashed():
+		case <-crashed.Done():
+		}
+		stopWaiting()
+	}()
+	if res, err := first.SendMessage(ctx, key, sessions.MessageRequest{Text: "crash test"}); err == nil {
+		ackedRuns = append(ackedRuns, res.RunID)
+	}
+	if req, ok := waitFor(crashed, base, key, rein.EventToolConfirmationRequested); ok {
+		if res, err := first.Supplement(ctx, key, sessions.SupplementRequest{Text: "be brief", ID: "sup-1"}); err == nil {
+			ackedSups = append(ackedSups, res.ID)
+		}
+		var p rein.ToolConfirmationRequestedPayload
+		_ = req.DecodePayload(&p)
+		if _, err := first.ConfirmTool(ctx, key, sessions.ConfirmRequest{ToolUseID: p.ToolUseID, Allow: true}); err == nil {
+			ackedConfirms = append(ackedConfirms, p.ToolUseID)
+		}
+		waitFor(crashed, base, key, rein.EventRunCompleted)
+	}
+	wrote := f.Writes()
+	first.Close()
+
+	// The restart: a new instance on the same store drives every run to its
+	// end, answering confirmations still pending, then takes a new message.
+	second := newService(base, "second")
+	defer second.Close()
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		runs, err := base.ListRuns(ctx, key)
+		if err != nil {
+			t.Fatal(err)
+		}
+		open := 0
+		for _, r := range runs {
+			if !r.Status.Terminal() {
+				open++
+			}
+		}
+		if open == 0 {
+			break
+		}
+		pend, _ := base.ListConfirmations(ctx, key, store.ConfirmationPending)
+		for _, c := range pend {
+			if _, err := second.ConfirmTool(ctx, key, sessions.ConfirmRequest{ToolUseID: c.ToolUseID, Allow: true}); err == nil {
+				ackedConfirms = append(ackedConfirms, c.ToolUseID)
+			}
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("runs still not ended after the restart: %+v", runs)
+		}
+		last, _ := base.LastSeq(ctx, key)
+		wctx, cancel := context.WithTimeout(ctx, 100*time.Millisecond)
+		_ = base.WaitEvents(wctx, key, last)
+		cancel()
+	}
+	after, err := second.SendMessage(ctx, key, sessions.MessageRequest{Text: "after the crash"})
+	if err != nil {
+		t.Fatalf("the session refuses a new message after recovery: %v", err)
+	}
+	ackedRuns = append(ackedRuns, after.RunID)
+	if _, ok := waitFor(ctx, base, key, rein.EventRunCompleted, after.RunID); !ok {
+		t.Fatal("the new run did not end")
+	}
+
+	if wrote < n && (len(ackedRuns) != 2 || len(ackedSups) != 1 || len(ackedConfirms) != 1) {
+		// Without a crash the scenario must have done everything it tests.
+		t.Fatalf("scenario incomplete: runs %v, supplements %v, confirmations %v", ackedRuns, ackedSups, ackedConfirms)
+	}
+	checkRecovered(t, base, key, ackedRuns, ackedSups, ackedConfirms, count, workspace)
+	return wrote
+}
+
+// waitFor waits for an event of typ (of run, when given) in the log, until
+// ctx ends.
+func waitFor(ctx context.Context, st store.Store, key rein.SessionKey, typ rein.EventType, run ...string) (rein.Event, bool) {
+	after := int64(0)
+	for {
+		evs, _, err := st.ReadEvents(ctx, key, after, 1000)
+		if err != nil {
+			return rein.Event{}, false
+		}
+		for _, e := range evs {
+			if e.Type == typ && (len(run) == 0 || e.RunID == run[0]) {
+				return e, true
+			}
+			after = e.Seq
+		}
+		if err := st.WaitEvents(ctx, key, after); err != nil {
+			return rein.Event{}, false
+		}
+	}
+}
+
+func checkRecovered(t *testing.T, st store.Store, key rein.SessionKey, ackedRuns, ackedSups, ackedConfirms []string, count *counter, workspace string) {
+	t.Helper()
+	ctx := context.Background()
+	evs, last, err := st.ReadEvents(ctx, key, 0, 1000)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i, e := range evs {
+		if e.Seq != int64(i+1) {
+			t.Fatalf("seq gap: event %d has seq %d", i, e.Seq)
+		}
+	}
+	if len(evs) == 0 || evs[len(evs)-1].Seq != last {
+		t.Fatalf("log ends at %d, last seq %d", len(evs), last)
+	}
+	runs, err := st.ListRuns(ctx, key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	known := map[string]bool{}
+	for _, r := range runs {
+		known[r.ID] = true
+		if !r.Status.Terminal() {
+			t.Errorf("run %s left %s", r.ID, r.Status)
+		}
+		completed, lastIdx := 0, -1
+		for i, e := range evs {
+			if e.RunID != r.ID {
+				continue
+			}
+			lastIdx = i
+			if e.Type == rein.EventRunCompleted {
+				completed++
+			}
+		}
+		if completed != 1 {
+			t.Errorf("run %s has %d session.run_completed", r.ID, completed)
+		} else if evs[lastIdx].Type != rein.EventRunCompleted {
+			t.Errorf("run %s: %s after its session.run_completed", r.ID, evs[lastIdx].Type)
+		}
+		if n := countEvents(evs, rein.EventUserMessage, r.ID); n != 1 {
+			t.Errorf("run %s has %d user.message", r.ID, n)
+		}
+		if n := countEvents(evs, rein.EventRunStarted, r.ID); n > 1 {
+			t.Errorf("run %s started %d times", r.ID, n)
+		}
+	}
+	for _, id := range ackedRuns {
+		if !known[id] {
+			t.Errorf("acknowledged run %s is lost", id)
+		}
+	}
+	for _, id := range ackedSups {
+		sup, err := st.GetSupplement(ctx, key, id)
+		if err != nil {
+			t.Errorf("acknowledged supplement %s: %v", id, err)
+			continue
+		}
+		if sup.Status != store.SupplementConsumed {
+			t.Errorf("supplement %s still %s after the next run", id, sup.Status)
+		}
+	}
+	// Every supplement is logged once and consumed at most once.
+	logged, consumed := map[string]int{}, map[string]int{}
+	for _, e := range evs {
+		switch e.Type {
+		case rein.EventUserSupplement:
+			var p rein.SupplementPayload
+			_ = e.DecodePayload(&p)
+			logged[p.SupplementID]++
+		case rein.EventSupplementConsumed:
+			var p rein.SupplementConsumedPayload
+			_ = e.DecodePayload(&p)
+			consumed[p.SupplementID]++
+		}
+	}
+	for id, n := range logged {
+		if n != 1 || consumed[id] > 1 {
+			t.Errorf("supplement %s logged %d times, consumed %d times", id, n, consumed[id])
+		}
+	}
+	for id := range consumed {
+		if logged[id] == 0 {
+			t.Errorf("supplement %s consumed but never logged", id)
+		}
+	}
+	for _, id := range ackedConfirms {
+		n := 0
+		for _, e := range evs {
+			if e.Type == rein.EventUserToolConfirmation {
+				var p rein.UserToolConfirmationPayload
+				_ = e.DecodePayload(&p)
+				if p.ToolUseID == id {
+					n++
+				}
+			}
+		}
+		if n != 1 {
+			t.Errorf("confirmation %s logged %d times", id, n)
+		}
+	}
+	// No tool call ran twice.
+	count.mu.Lock()
+	for id, n := range count.calls {
+		if n > 1 {
+			t.Errorf("tool call %s ran %d times", id, n)
+		}
+	}
+	count.mu.Unlock()
+	notes := 0
+	if b, err := os.ReadFile(filepath.Join(workspace, "alice", "ses_crash", builtin.NotesFile)); err == nil {
+		notes = strings.Count(string(b), "crash test")
+	} else if !errors.Is(err, os.ErrNotExist) {
+		t.Fatal(err)
+	}
+	if uses := countEvents(evs, rein.EventToolUse, "") / 2; notes > uses {
+		t.Errorf("%d notes written for %d write_note calls", notes, uses)
+	}
+	// The saved transcript is valid as it is.
+	h, err := st.LoadHistory(ctx, key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := rein.ValidateTranscript(h); err != nil {
+		t.Errorf("transcript: %v", err)
+	}
+	if t.Failed() {
+		for _, e := range evs {
+			t.Logf("%3d %-38s run=%s %s", e.Seq, e.Type, e.RunID, e.Payload)
+		}
+	}
+}
+
+func countEvents(evs []rein.Event, typ rein.EventType, runID string) int {
+	n := 0
+	for _, e := range evs {
+		if e.Type == typ && (runID == "" || e.RunID == runID) {
+			n++
+		}
+	}
+	return n
+}
