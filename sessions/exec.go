@@ -187,7 +187,7 @@ func (s *Service) execute(ctx context.Context, c *run.Control, lr *liveRun) run.
 		Workspace: s.workspace(key),
 		Journal:   &journal{s: s, lr: lr},
 		Events:    lr.w,
-		Confirm:   &confirmer{s: s},
+		Confirm:   &confirmer{s: s, lr: lr},
 		Attempt:   attempt,
 	}
 	out := s.agent.Run(ctx, c, turn)
@@ -604,33 +604,54 @@ func (s *Service) loadTranscript(ctx context.Context, key rein.SessionKey) ([]re
 
 // confirmer waits for answers with the in-process gate, which ConfirmTool
 // opens the moment the durable answer is stored; an answer stored while
-// no one waited (before a restart) is read from the store.
-type confirmer struct{ s *Service }
+// no one waited (before a restart) is read from the store. An allowed call
+// is marked started in the store before it runs, so a lost instance's
+// allowed call runs exactly once: never again once started (in doubt),
+// once if it never started.
+type confirmer struct {
+	s  *Service
+	lr *liveRun
+}
 
 func (c *confirmer) Open(req agent.ConfirmRequest) (agent.Pending, error) {
 	p, err := c.s.gate.Open(req.Session, req.ToolUseID)
 	if err != nil {
 		return nil, err
 	}
-	return &pendingConfirmation{s: c.s, key: req.Session, id: req.ToolUseID, p: p}, nil
+	return &pendingConfirmation{c: c, key: req.Session, id: req.ToolUseID, p: p}, nil
 }
 
 type pendingConfirmation struct {
-	s   *Service
+	c   *confirmer
 	key rein.SessionKey
 	id  string
 	p   *tool.Pending
 }
 
 func (pc *pendingConfirmation) Wait(ctx context.Context) (tool.Decision, error) {
-	if c, err := pc.s.st.GetConfirmation(ctx, pc.key, pc.id); err == nil {
+	d, err := pc.decision(ctx)
+	if err != nil || !d.Allow {
+		return d, err
+	}
+	fence, err := pc.c.lr.fence()
+	if err != nil {
+		return tool.Decision{}, err
+	}
+	if err := pc.c.s.st.Update(ctx, pc.key, fence, func(tx store.Tx) error { return tx.StartConfirmation(pc.id) }); err != nil {
+		return tool.Decision{}, err
+	}
+	return d, nil
+}
+
+func (pc *pendingConfirmation) decision(ctx context.Context) (tool.Decision, error) {
+	if c, err := pc.c.s.st.GetConfirmation(ctx, pc.key, pc.id); err == nil {
 		switch c.State {
 		case store.ConfirmationAllowed:
 			return tool.Decision{Allow: true}, nil
 		case store.ConfirmationDenied:
 			return tool.Decision{Allow: false, DenyMessage: c.DenyMessage}, nil
-		case store.ConfirmationClosed:
-			return tool.Decision{}, rein.Errorf(rein.CodeConflict, "the confirmation was closed")
+		case store.ConfirmationClosed, store.ConfirmationStarted:
+			return tool.Decision{}, rein.Errorf(rein.CodeConflict, "the confirmation is %s", c.State)
 		}
 	} else if !errors.Is(err, rein.ErrNotFound) {
 		return tool.Decision{}, err

@@ -372,6 +372,14 @@ func (lc *lifecycle) recoverLost(tx store.Tx, r *store.RunRecord, now time.Time,
 		}
 		return lc.writeEnd(tx, r, endState{reason: reason, errText: errText, msgs: msgs, evs: evs, usage: r.Usage}, now, 0)
 	}
+	// A run waiting for confirmations is not resumed or failed: it goes on
+	// waiting (SPEC §6); taking it up again is no resume and spends none.
+	waiting := false
+	for _, c := range unanswered {
+		if cf := byID[c.ID]; cf != nil && (cf.State == store.ConfirmationPending || cf.State == store.ConfirmationAllowed) {
+			waiting = true
+		}
+	}
 	switch {
 	case !r.Deadline.IsZero() && !r.Deadline.After(now):
 		return end(rein.ReasonTimeout, "")
@@ -379,7 +387,7 @@ func (lc *lifecycle) recoverLost(tx store.Tx, r *store.RunRecord, now time.Time,
 		return end(rein.ReasonCancelled, "")
 	case r.Stop == string(rein.StopInterrupt):
 		return end(rein.ReasonInterrupted, "")
-	case r.Resumes >= lc.resumeAttempts:
+	case r.Resumes >= lc.resumeAttempts && !waiting:
 		return end(rein.ReasonError, lostInstance)
 	}
 	// Resume: every call of the cut step without a result is answered now,
@@ -391,7 +399,10 @@ func (lc *lifecycle) recoverLost(tx store.Tx, r *store.RunRecord, now time.Time,
 	if err != nil {
 		return err
 	}
-	n := r.Resumes + 1
+	n := r.Resumes
+	if !waiting {
+		n++
+	}
 	rec, err := tx.UpdateRun(r.ID, store.RunUpdate{Resumes: &n, Instance: lc.instance})
 	if err != nil {
 		return err
@@ -406,7 +417,7 @@ func (lc *lifecycle) recoverLost(tx store.Tx, r *store.RunRecord, now time.Time,
 			return err
 		}
 	}
-	c.rec, c.lease, c.resumed = rec, l, true
+	c.rec, c.lease, c.resumed = rec, l, !waiting
 	return nil
 }
 
@@ -447,8 +458,9 @@ func openStep(hist []rein.Message, runID string) (*rein.Message, []rein.ToolCall
 }
 
 // closeCalls answers the open calls of a lost run's cut step: denied →
-// the denial; pending → left waiting unless ending (then the stop's
-// synthetic result); otherwise (it may have run) in doubt.
+// the denial; pending or allowed but not started → left waiting unless
+// ending (then the stop's synthetic result); otherwise (it may have run)
+// in doubt.
 func closeCalls(runID string, asst *rein.Message, open []rein.ToolCall, confs map[string]*store.Confirmation, ending bool) ([]rein.Message, []rein.Event) {
 	var msgs []rein.Message
 	var evs []rein.Event
@@ -458,11 +470,14 @@ func closeCalls(runID string, asst *rein.Message, open []rein.ToolCall, confs ma
 			switch cf.State {
 			case store.ConfirmationDenied:
 				out, inDoubt = agent.DeniedOutput(cf.DenyMessage), false
-			case store.ConfirmationPending, store.ConfirmationClosed:
-				// Never allowed, so never started.
+			case store.ConfirmationPending, store.ConfirmationAllowed:
+				// Never started: it goes on waiting for its answer, or (an
+				// allowed one) runs once the run is taken up again.
 				if !ending {
 					continue
 				}
+				out, inDoubt = rein.InterruptedToolOutput, false
+			case store.ConfirmationClosed:
 				out, inDoubt = rein.InterruptedToolOutput, false
 			}
 		}

@@ -265,3 +265,49 @@ func testStepRestartedAfterCrash(t *testing.T, open opener) {
 		t.Fatalf("resumes %d", rec.Resumes)
 	}
 }
+
+func TestConfirmationWaitSurvivesRestart(t *testing.T) {
+	onBackends(t, testConfirmationWaitSurvivesRestart)
+}
+
+// A run waiting for a confirmation is neither resumed nor failed by the
+// loss of its instance: it goes on waiting, and spends no resume attempt.
+func testConfirmationWaitSurvivesRestart(t *testing.T, open opener) {
+	st := open(t)
+	k := storetest.NewFaulty(st)
+	f := newFixture(t, k)
+	f.newSession()
+	r := f.send("note milk", "")
+	req := f.waitEvent(func(e rein.Event) bool { return e.Type == rein.EventToolConfirmationRequested })
+	k.Kill()
+	f.svc.Close()
+	for i := range 2 {
+		g := newFixture(t, st, func(c *sessions.Config) { c.ResumeAttempts = -1 })
+		g.key = f.key
+		if i == 1 {
+			var p rein.ToolConfirmationRequestedPayload
+			_ = req.DecodePayload(&p)
+			if _, err := g.svc.ConfirmTool(context.Background(), g.key, sessions.ConfirmRequest{ToolUseID: p.ToolUseID, Allow: true}); err != nil {
+				t.Fatal(err)
+			}
+			pr := g.completed(r.RunID)
+			if pr.Status != rein.StatusCompleted || pr.Reason != rein.ReasonStop {
+				t.Fatalf("%+v", pr)
+			}
+			break
+		}
+		// The first restart takes the waiting run up again; it is still
+		// waiting when this instance goes away too.
+		info, err := g.svc.GetSession(context.Background(), g.key)
+		if err != nil || info.CurrentRunID != r.RunID {
+			t.Fatalf("%+v %v", info, err)
+		}
+		g.svc.Close()
+		if rec, _ := st.GetRun(context.Background(), f.key, r.RunID); rec.Status != rein.StatusRunning || rec.Resumes != 0 {
+			t.Fatalf("after restart %d: %s, resumes %d", i+1, rec.Status, rec.Resumes)
+		}
+	}
+	if n := countType(f.runEvents(r.RunID), rein.EventToolConfirmationRequested); n != 1 {
+		t.Fatalf("confirmation requested %d times", n)
+	}
+}

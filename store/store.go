@@ -332,6 +332,11 @@ const (
 	ConfirmationDenied  ConfirmationState = "denied"
 	// ConfirmationClosed: the waiting run ended before an answer.
 	ConfirmationClosed ConfirmationState = "closed"
+	// ConfirmationStarted: allowed, and handed to the tool. The answer may
+	// come while no instance runs the run; only this state says the call
+	// may have run, so that a lost instance's allowed call is run exactly
+	// once: once if never started, never again (in doubt) if started.
+	ConfirmationStarted ConfirmationState = "started"
 )
 
 // Confirmation is a tool call waiting for a human yes/no (SPEC §6).
@@ -516,6 +521,11 @@ type Tx interface {
 	// CloseConfirmations moves every pending confirmation of the run to
 	// closed.
 	CloseConfirmations(runID string) error
+	// StartConfirmation moves an allowed confirmation to started, just
+	// before its call runs. rein.ErrNotFound if unknown; rein.ErrConflict
+	// if it is not allowed (still pending, denied, closed, or already
+	// started).
+	StartConfirmation(toolUseID string) error
 	// Confirmations returns the session's confirmations in a state ("" =
 	// all), oldest first. Never nil.
 	Confirmations(state ConfirmationState) ([]*Confirmation, error)

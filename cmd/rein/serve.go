@@ -34,7 +34,7 @@ func cmdServe(ctx context.Context, args []string, io stdio) int {
 	fs.Var(&confirm, "confirm", "comma-separated tools that need confirmation (replaces the default set; \"\" for none)")
 	drain := fs.Duration("drain-timeout", 10*time.Second, "on shutdown, how long interrupted runs may take before they are cancelled")
 	workspace := fs.String("workspace", "./rein-workspace", "directory for files tools write")
-	leaseTTL := fs.Duration("lease-ttl", 15*time.Second, "turn lease TTL: a run whose instance is lost is resumed by another instance after about this long")
+	leaseTTL := fs.Duration("lease-ttl", 15*time.Second, "turn lease TTL: the runs of a lost instance are taken over (resumed, or failed once out of resume attempts) when their lease expires, within about this long")
 	resumeAttempts := fs.Int("resume-attempts", 2, "how often a run whose instance was lost is resumed before it ends failed (0: never resumed)")
 	if err := parseFlags(fs, args, io.lookupEnv); err != nil {
 		if errors.Is(err, flag.ErrHelp) {

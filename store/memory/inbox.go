@@ -320,3 +320,21 @@ func (ss *session) listConfirmations(state store.ConfirmationState) []*store.Con
 	slices.SortStableFunc(out, func(a, b *store.Confirmation) int { return a.CreatedAt.Compare(b.CreatedAt) })
 	return out
 }
+
+// StartConfirmation implements store.Tx.
+func (t *tx) StartConfirmation(toolUseID string) error {
+	if err := t.check(); err != nil {
+		return err
+	}
+	c := t.ss.confirmations[toolUseID]
+	if c == nil {
+		return notFound("confirmation")
+	}
+	if c.State != store.ConfirmationAllowed {
+		return rein.Errorf(rein.CodeConflict, "confirmation %q is not allowed and waiting to start (%s)", toolUseID, c.State)
+	}
+	old := *c
+	c.State = store.ConfirmationStarted
+	t.onUndo(func() { *c = old })
+	return nil
+}

@@ -393,3 +393,25 @@ func scanConfirmations(key rein.SessionKey, rows *sql.Rows) ([]*store.Confirmati
 	}
 	return out, nil
 }
+
+// startConfirmation moves an allowed confirmation to started (Tx.StartConfirmation).
+func (tx *wtx) startConfirmation(si *sessInfo, toolUseID string) error {
+	res, err := tx.exec(`UPDATE confirmations SET state = 'started' WHERE session_pk = ? AND tool_use_id = ? AND state = 'allowed'`, si.pk, toolUseID)
+	if err != nil {
+		return err
+	}
+	if n, err := res.RowsAffected(); err != nil {
+		return err
+	} else if n == 1 {
+		return nil
+	}
+	var state string
+	err = tx.queryRow(`SELECT state FROM confirmations WHERE session_pk = ? AND tool_use_id = ?`, si.pk, toolUseID).Scan(&state)
+	if errors.Is(err, sql.ErrNoRows) {
+		return notFound("confirmation")
+	}
+	if err != nil {
+		return err
+	}
+	return rein.Errorf(rein.CodeConflict, "confirmation %q is not allowed and waiting to start (%s)", toolUseID, state)
+}

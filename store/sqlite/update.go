@@ -346,3 +346,11 @@ func (t *sqlTx) Confirmations(state store.ConfirmationState) ([]*store.Confirmat
 	}
 	return out, nil
 }
+
+// StartConfirmation implements store.Tx.
+func (t *sqlTx) StartConfirmation(toolUseID string) error {
+	if err := t.begin(); err != nil {
+		return err
+	}
+	return t.end("starting confirmed call", t.w.startConfirmation(t.si, toolUseID))
+}

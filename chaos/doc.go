@@ -1,0 +1,20 @@
+// Package chaos holds adversarial tests against real `rein serve`
+// processes on loopback: the rein binary is built once, started on a real
+// store (an SQLite file, and PostgreSQL when REIN_TEST_POSTGRES_DSN is
+// set), and killed with SIGKILL at the worst moments — mid-stream, mid-tool
+// — then started again on the same store.
+//
+// It exists because the promises of SPEC §4 (a lost instance's run is
+// resumed from its last saved step, a cut model request is made again and
+// announced by agent.step_restarted, a tool call that may have started is
+// answered in doubt and never run again, no acknowledged event is lost or
+// rewritten) are about what survives the death of a process. In-process
+// tests can stop a store at the Nth write, but only a separate process that
+// the kernel kills outright shows that nothing depends on a deferred call,
+// a flushed buffer or a goodbye to the database. The tests talk to the
+// server only through its public HTTP API (the client package), as any
+// user would.
+//
+// The package has no code of its own besides this comment: everything is in
+// its tests and their testdata.
+package chaos
