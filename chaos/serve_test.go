@@ -24,11 +24,10 @@ import (
 // binDir holds the rein binary, built once for the whole package (on first
 // use, so that a -run that selects nothing builds nothing).
 var (
-	binDir   string
-	binOnce  sync.Once
-	binPath  string
-	binErr   error
-	binBuild time.Duration
+	binDir  string
+	binOnce sync.Once
+	binPath string
+	binErr  error
 )
 
 func TestMain(m *testing.M) {
@@ -49,10 +48,10 @@ func TestMain(m *testing.M) {
 func reinBinary(t *testing.T) string {
 	t.Helper()
 	binOnce.Do(func() {
-		start := time.Now()
 		goTool, err := exec.LookPath("go")
 		if err != nil {
-			goTool = filepath.Join(runtime.GOROOT(), "bin", "go")
+			binErr = fmt.Errorf("building rein needs the go command: %v", err)
+			return
 		}
 		binPath = filepath.Join(binDir, "rein")
 		if runtime.GOOS == "windows" {
@@ -65,7 +64,6 @@ func reinBinary(t *testing.T) string {
 		if err != nil {
 			binErr = fmt.Errorf("go build ./cmd/rein: %v\n%s", err, out)
 		}
-		binBuild = time.Since(start)
 	})
 	if binErr != nil {
 		t.Fatal(binErr)
