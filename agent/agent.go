@@ -175,6 +175,11 @@ type Turn struct {
 	// Confirm is optional: without one, a tool that needs confirmation is
 	// denied.
 	Confirm Confirmer
+	// Park lets the loop end with ErrParked, writing nothing more, when its
+	// step waits only for confirmation answers (the runtime keeps them
+	// durable and takes the run up again when one comes); without it the
+	// loop waits.
+	Park bool
 	// Attempt is 0 for a fresh run and 2, 3, … for a run resumed after its
 	// instance was lost (SPEC §4): the loop continues from what Load shows,
 	// and a step whose model request is made again is announced with
@@ -544,11 +549,9 @@ func (l *loop) runTools(ctx context.Context, st *stepState) (Outcome, bool) {
 	tctx, tcancel := context.WithCancelCause(ctx)
 	defer tcancel(nil)
 	ch := make(chan done, len(st.calls))
-	n := 0
-	for i, c := range st.calls {
-		if l.answered[c.ID] {
-			continue
-		}
+	n := 0 // calls running
+	start := func(i int) {
+		c := st.calls[i]
 		n++
 		go func() {
 			res := l.callTool(tctx, st.step, c, pend[i])
@@ -562,6 +565,19 @@ func (l *loop) runTools(ctx context.Context, st *stepState) (Outcome, bool) {
 			cancel()
 			ch <- done{i: i, m: m, err: err}
 		}()
+	}
+	// With Park, a call whose confirmation has no answer yet is not waited
+	// for in a goroutine: once nothing else runs, the run parks.
+	var deferred []int
+	for i, c := range st.calls {
+		if l.answered[c.ID] {
+			continue
+		}
+		if l.t.Park && pend[i] != nil && !answered(ctx, pend[i]) {
+			deferred = append(deferred, i)
+			continue
+		}
+		start(i)
 	}
 	var saveErr error
 	receive := func(d done) {
@@ -578,13 +594,34 @@ func (l *loop) runTools(ctx context.Context, st *stepState) (Outcome, bool) {
 		}
 	}
 	stopped := false
-	for ; n > 0 && !stopped && saveErr == nil; n-- {
-		select {
-		case d := <-ch:
-			receive(d)
-		case <-ctx.Done():
-			stopped = true
-			n++ // nothing received this round
+	for {
+		for ; n > 0 && !stopped && saveErr == nil; n-- {
+			select {
+			case d := <-ch:
+				receive(d)
+			case <-ctx.Done():
+				stopped = true
+				n++ // nothing received this round
+			}
+		}
+		if stopped || saveErr != nil || len(deferred) == 0 {
+			break
+		}
+		still := deferred[:0]
+		for _, i := range deferred {
+			if answered(ctx, pend[i]) {
+				start(i)
+			} else {
+				still = append(still, i)
+			}
+		}
+		deferred = still
+		if n == 0 {
+			// Only answers are awaited: park. The step stays open in the
+			// journal; the runtime takes the run up again when an answer
+			// comes (SPEC §6: confirmations are durable).
+			l.msgs = rein.OrderToolResults(l.msgs)
+			return Outcome{Reason: rein.ReasonError, Err: ErrParked, Usage: l.usage}, false
 		}
 	}
 	if n > 0 {
@@ -613,14 +650,26 @@ func (l *loop) runTools(ctx context.Context, st *stepState) (Outcome, bool) {
 	return Outcome{}, true
 }
 
-func collect(got []*rein.Message) []rein.Message {
-	var out []rein.Message
-	for _, m := range got {
-		if m != nil {
-			out = append(out, *m)
-		}
+// ErrParked is the error of a run that parked: its step waits only for
+// confirmation answers, and the runtime (Turn.Park) keeps nothing of it
+// running until one comes. The run is not over.
+var ErrParked = errors.New("agent: run parked until its confirmations are answered")
+
+// Answerable is optionally implemented by a Pending: it reports, without
+// waiting, whether the answer is there. Parking needs it.
+type Answerable interface {
+	Answered(ctx context.Context) (bool, error)
+}
+
+// answered reports whether p's answer is there; without a way to know, or
+// when asking fails, it says yes, so the call is waited for as usual.
+func answered(ctx context.Context, p Pending) bool {
+	a, ok := p.(Answerable)
+	if !ok {
+		return true
 	}
-	return out
+	yes, err := a.Answered(ctx)
+	return err != nil || yes
 }
 
 // DeniedOutput is the tool result for a call a human denied; it contains

@@ -29,6 +29,7 @@ type Metrics struct {
 	runsStarted    prometheus.Counter
 	runsEnded      *prometheus.CounterVec
 	admission      prometheus.Counter
+	parked         prometheus.Counter
 	stopLatency    *prometheus.HistogramVec
 	appendSeconds  prometheus.Histogram
 	eventsAppended prometheus.Counter
@@ -66,6 +67,10 @@ func NewMetrics(reg *prometheus.Registry) (*Metrics, error) {
 			Name: "rein_admission_conflicts_total",
 			Help: "user.message requests rejected with session_busy because the session's turn was held.",
 		}),
+		parked: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "rein_runs_parked_total",
+			Help: "Runs that parked waiting for tool confirmations (no goroutine while they wait).",
+		}),
 		stopLatency: prometheus.NewHistogramVec(prometheus.HistogramOpts{
 			Name:    "rein_stop_latency_seconds",
 			Help:    "Time from a cancel or interrupt request to the run's terminal status, by mode.",
@@ -99,7 +104,7 @@ func NewMetrics(reg *prometheus.Registry) (*Metrics, error) {
 		}, []string{"provider", "status"}),
 	}
 	for _, c := range []prometheus.Collector{
-		m.runsStarted, m.runsEnded, m.admission, m.stopLatency, m.appendSeconds,
+		m.runsStarted, m.runsEnded, m.admission, m.parked, m.stopLatency, m.appendSeconds,
 		m.eventsAppended, m.sseSubscribers, m.httpRequests, m.httpDuration, m.modelRetries, liveCollector{m},
 	} {
 		if err := reg.Register(c); err != nil {
@@ -139,6 +144,9 @@ func (m *Metrics) RunStarted() { m.runsStarted.Inc() }
 
 // AdmissionConflict implements sessions.Observer.
 func (m *Metrics) AdmissionConflict() { m.admission.Inc() }
+
+// RunParked implements sessions.Observer.
+func (m *Metrics) RunParked() { m.parked.Inc() }
 
 // StopLatency implements sessions.Observer.
 func (m *Metrics) StopLatency(mode string, d time.Duration) {

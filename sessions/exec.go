@@ -171,7 +171,11 @@ func (s *Service) execute(ctx context.Context, c *run.Control, lr *liveRun) run.
 	rec, attempt := lr.rec, lr.attempt
 	lr.mu.Unlock()
 	s.cfg.Observer.RunStarted()
-	sess, err := s.st.GetSession(ctx, key)
+	// A stop that lands now must reach the loop, which answers it (an
+	// interrupted reply, a valid transcript), not this read.
+	gctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
+	sess, err := s.st.GetSession(gctx, key)
+	cancel()
 	if err != nil {
 		return run.Outcome{Reason: rein.ReasonError, Err: fmt.Errorf("load session: %w", err)}
 	}
@@ -188,6 +192,7 @@ func (s *Service) execute(ctx context.Context, c *run.Control, lr *liveRun) run.
 		Journal:   &journal{s: s, lr: lr},
 		Events:    lr.w,
 		Confirm:   &confirmer{s: s, lr: lr},
+		Park:      true,
 		Attempt:   attempt,
 	}
 	out := s.agent.Run(ctx, c, turn)
@@ -210,6 +215,10 @@ func (s *Service) finish(lr *liveRun, res run.Result) {
 	case settled:
 		return
 	case !started && s.draining.Load() && res.Reason != rein.ReasonCancelled && res.Reason != rein.ReasonTimeout:
+		return
+	}
+	if started && errors.Is(res.Err, agent.ErrParked) {
+		s.park(lr)
 		return
 	}
 	if started {
@@ -255,6 +264,27 @@ func (s *Service) finishClaimed(lr *liveRun, res run.Result) {
 		s.log.Error("record run end", "session", key.String(), "run", lr.rec.ID, "err", err)
 	}
 	s.observeEnd(lr, res)
+}
+
+// park lets go of a run whose step waits only for confirmation answers: it
+// stays RUNNING in the store, holding no lease, no goroutine and no model
+// connection; an answer (on any instance) or its deadline takes it up again
+// (lifecycle.claimNext).
+func (s *Service) park(lr *liveRun) {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if err := lr.w.Flush(ctx); err != nil {
+		s.log.Error("run events not all recorded", "session", lr.key().String(), "run", lr.rec.ID, "err", err)
+	}
+	fence, err := lr.fence()
+	if err != nil {
+		return
+	}
+	if err := s.st.Update(ctx, lr.key(), fence, func(tx store.Tx) error { return tx.ReleaseLease(fence.Token) }); err != nil {
+		// The lease expires by itself; the run stays parked either way.
+		s.log.Warn("release the lease of a parked run", "session", lr.key().String(), "run", lr.rec.ID, "err", err)
+	}
+	s.cfg.Observer.RunParked()
 }
 
 func withoutReply(evs []rein.Event) []rein.Event {
@@ -659,4 +689,15 @@ func (pc *pendingConfirmation) decision(ctx context.Context) (tool.Decision, err
 	return pc.p.Wait(ctx)
 }
 
-func (pc *pendingConfirmation) Close() { pc.p.Close() }
+// Close releases the in-process waiter; the durable confirmation is
+// untouched (the run may park and open it again later).
+func (pc *pendingConfirmation) Close() { pc.p.Release() }
+
+// Answered implements agent.Answerable: whether the durable answer is there.
+func (pc *pendingConfirmation) Answered(ctx context.Context) (bool, error) {
+	c, err := pc.c.s.st.GetConfirmation(ctx, pc.key, pc.id)
+	if err != nil {
+		return false, err
+	}
+	return c.State != store.ConfirmationPending, nil
+}

@@ -395,6 +395,20 @@ func (lc *lifecycle) recoverLost(tx store.Tx, r *store.RunRecord, now time.Time,
 	// if it was denied; a call still waiting for its confirmation keeps
 	// waiting.
 	msgs, evs := closeCalls(r.ID, asst, unanswered, byID, false)
+	if waiting && !anyAllowed(unanswered, byID) {
+		// Parked: nothing can run until an answer comes. It stays so,
+		// holding no lease; ConfirmTool wakes the session again.
+		if len(msgs) > 0 {
+			if err := tx.AppendHistory(msgs...); err != nil {
+				return err
+			}
+			if _, err := tx.AppendEvents(evs...); err != nil {
+				return err
+			}
+			return nil
+		}
+		return errNothing
+	}
 	l, err := tx.AcquireLease(lc.instance, r.ID, lc.ttl)
 	if err != nil {
 		return err
@@ -419,6 +433,17 @@ func (lc *lifecycle) recoverLost(tx store.Tx, r *store.RunRecord, now time.Time,
 	}
 	c.rec, c.lease, c.resumed = rec, l, !waiting
 	return nil
+}
+
+// anyAllowed reports whether one of the open calls was allowed and not yet
+// started: the run has something to do.
+func anyAllowed(open []rein.ToolCall, confs map[string]*store.Confirmation) bool {
+	for _, c := range open {
+		if cf := confs[c.ID]; cf != nil && cf.State == store.ConfirmationAllowed {
+			return true
+		}
+	}
+	return false
 }
 
 // lostInstance is the error recorded on a run whose instance was lost once
@@ -598,6 +623,11 @@ func (lc *lifecycle) stopRemote(ctx context.Context, key rein.SessionKey, runID 
 		if rec.Status == rein.StatusQueued {
 			o.ended = true
 			return lc.endUnstarted(tx, rec, rein.ReasonCancelled, now)
+		}
+		if rec.Stop == stopRollback || rec.Stop == string(rein.StopCancel) {
+			// A stronger stop is already on its way: a later, weaker one
+			// does not replace it (a rolled-back run stays rolled back).
+			return nil
 		}
 		_, err = tx.UpdateRun(runID, store.RunUpdate{Stop: string(mode)})
 		return err

@@ -77,6 +77,8 @@ type Observer interface {
 	StopLatency(mode string, d time.Duration)
 	// EventsAppended observes one append of n events that took d.
 	EventsAppended(d time.Duration, n int)
+	// RunParked counts a run that parked waiting for confirmations.
+	RunParked()
 }
 
 // Service is the sessions service. Create it with New, call Start, and
@@ -166,6 +168,7 @@ func (nopObserver) RunStarted()                          {}
 func (nopObserver) AdmissionConflict()                   {}
 func (nopObserver) StopLatency(string, time.Duration)    {}
 func (nopObserver) EventsAppended(time.Duration, int)    {}
+func (nopObserver) RunParked()                           {}
 
 func (s *Service) now() time.Time { return s.cfg.Clock.Now() }
 
@@ -210,6 +213,9 @@ type SessionInfo struct {
 	CurrentRunID string
 	QueuedRunIDs []string
 	LastSeq      int64
+	// PendingConfirmations are the calls waiting for an answer, oldest
+	// first (they survive restarts: SPEC §6).
+	PendingConfirmations []*store.Confirmation
 }
 
 // GetSession returns a session and its state.
@@ -238,6 +244,9 @@ func (s *Service) GetSession(ctx context.Context, key rein.SessionKey) (*Session
 	}
 	info.Busy = info.CurrentRunID != "" || len(queued) > 0
 	if info.LastSeq, err = s.st.LastSeq(ctx, key); err != nil {
+		return nil, err
+	}
+	if info.PendingConfirmations, err = s.st.ListConfirmations(ctx, key, store.ConfirmationPending); err != nil {
 		return nil, err
 	}
 	return info, nil

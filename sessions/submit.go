@@ -315,7 +315,11 @@ func (s *Service) ConfirmTool(ctx context.Context, key rein.SessionKey, req Conf
 	if err != nil {
 		return nil, err
 	}
-	s.gate.Deliver(key, req.ToolUseID, tool.Decision{Allow: req.Allow, DenyMessage: deny})
+	if !s.gate.Deliver(key, req.ToolUseID, tool.Decision{Allow: req.Allow, DenyMessage: deny}) {
+		// No one waits here: the run is parked, or waits on another
+		// instance. Its session's schedule takes it up (claimNext).
+		s.kick(key)
+	}
 	return c, nil
 }
 

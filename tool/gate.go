@@ -160,6 +160,21 @@ func (p *Pending) Close() {
 	}
 }
 
+// Release ends the confirmation without a decision and without remembering
+// its id, so that it can be opened again: the call still waits, but no
+// longer here (its run parked, to be taken up later or elsewhere). A Wait
+// in progress returns an error. Idempotent, and harmless after a decision.
+func (p *Pending) Release() {
+	p.g.mu.Lock()
+	defer p.g.mu.Unlock()
+	if p.state != pendingOpen {
+		return
+	}
+	p.state = pendingClosed
+	close(p.settled)
+	delete(p.g.open, p.key)
+}
+
 // Resolve delivers a human's decision. rein.ErrNotFound if the id was never
 // opened for that session (or has been forgotten), rein.ErrConflict if it
 // was already answered or closed. Of concurrent resolvers exactly one

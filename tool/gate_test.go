@@ -264,3 +264,29 @@ func BenchmarkGateOpenResolveWait(b *testing.B) {
 		}
 	}
 }
+
+func TestReleaseAllowsReopen(t *testing.T) {
+	g := NewGate()
+	key := rein.SessionKey{Owner: "o", ID: "s"}
+	p, err := g.Open(key, "c1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	p.Release()
+	if _, err := p.Wait(context.Background()); err == nil {
+		t.Fatal("Wait after Release returned a decision")
+	}
+	if g.Deliver(key, "c1", Decision{Allow: true}) {
+		t.Fatal("a released confirmation took a decision")
+	}
+	q, err := g.Open(key, "c1")
+	if err != nil {
+		t.Fatalf("reopen after Release: %v", err)
+	}
+	if !g.Deliver(key, "c1", Decision{Allow: true}) {
+		t.Fatal("reopened confirmation missed its decision")
+	}
+	if d, err := q.Wait(context.Background()); err != nil || !d.Allow {
+		t.Fatalf("%+v %v", d, err)
+	}
+}
