@@ -180,6 +180,10 @@ type Turn struct {
 	// durable and takes the run up again when one comes); without it the
 	// loop waits.
 	Park bool
+	// ParkOnStop, when set and true at the moment a stop reaches a step
+	// that waits only for confirmation answers, parks the run instead of
+	// stopping it (a server shutting down leaves such runs waiting).
+	ParkOnStop func() bool
 	// Attempt is 0 for a fresh run and 2, 3, … for a run resumed after its
 	// instance was lost (SPEC §4): the loop continues from what Load shows,
 	// and a step whose model request is made again is announced with
@@ -573,7 +577,7 @@ func (l *loop) runTools(ctx context.Context, st *stepState) (Outcome, bool) {
 		if l.answered[c.ID] {
 			continue
 		}
-		if l.t.Park && pend[i] != nil && !answered(ctx, pend[i]) {
+		if l.t.Park && pend[i] != nil && !l.hasAnswer(pend[i]) {
 			deferred = append(deferred, i)
 			continue
 		}
@@ -609,7 +613,7 @@ func (l *loop) runTools(ctx context.Context, st *stepState) (Outcome, bool) {
 		}
 		still := deferred[:0]
 		for _, i := range deferred {
-			if answered(ctx, pend[i]) {
+			if l.hasAnswer(pend[i]) {
 				start(i)
 			} else {
 				still = append(still, i)
@@ -619,7 +623,12 @@ func (l *loop) runTools(ctx context.Context, st *stepState) (Outcome, bool) {
 		if n == 0 {
 			// Only answers are awaited: park. The step stays open in the
 			// journal; the runtime takes the run up again when an answer
-			// comes (SPEC §6: confirmations are durable).
+			// comes (SPEC §6: confirmations are durable). A stop that has
+			// landed meanwhile is answered instead, unless the runtime says
+			// a stop now parks (a shutdown leaves such runs waiting).
+			if ctx.Err() != nil && (l.t.ParkOnStop == nil || !l.t.ParkOnStop()) {
+				break
+			}
 			l.msgs = rein.OrderToolResults(l.msgs)
 			return Outcome{Reason: rein.ReasonError, Err: ErrParked, Usage: l.usage}, false
 		}
@@ -661,14 +670,18 @@ type Answerable interface {
 	Answered(ctx context.Context) (bool, error)
 }
 
-// answered reports whether p's answer is there; without a way to know, or
+// hasAnswer reports whether p's answer is there; without a way to know, or
 // when asking fails, it says yes, so the call is waited for as usual.
-func answered(ctx context.Context, p Pending) bool {
+func (l *loop) hasAnswer(p Pending) bool {
 	a, ok := p.(Answerable)
 	if !ok {
 		return true
 	}
-	yes, err := a.Answered(ctx)
+	// Asked on a context a stop does not cut short: whether to park is
+	// decided on what the store says, not on the stop.
+	sctx, cancel := l.stopCtx()
+	defer cancel()
+	yes, err := a.Answered(sctx)
 	return err != nil || yes
 }
 

@@ -63,6 +63,18 @@ type sessionDetailJSON struct {
 	CurrentRunID *string  `json:"current_run_id"`
 	QueuedRunIDs []string `json:"queued_run_ids"`
 	LastSeq      int64    `json:"last_seq"`
+	// PendingConfirmations are the calls waiting for an answer, oldest
+	// first; they survive restarts.
+	PendingConfirmations []pendingJSON `json:"pending_confirmations"`
+}
+
+// pendingJSON is one entry of pending_confirmations.
+type pendingJSON struct {
+	ToolUseID string          `json:"tool_use_id"`
+	RunID     string          `json:"run_id"`
+	Name      string          `json:"name"`
+	Input     json.RawMessage `json:"input"`
+	CreatedAt string          `json:"created_at"`
 }
 
 func toSessionJSON(s *store.Session) sessionJSON {
@@ -213,6 +225,17 @@ func (s *Server) getSession(w http.ResponseWriter, r *http.Request) {
 	}
 	if out.QueuedRunIDs == nil {
 		out.QueuedRunIDs = []string{}
+	}
+	out.PendingConfirmations = make([]pendingJSON, 0, len(info.PendingConfirmations))
+	for _, c := range info.PendingConfirmations {
+		in := c.Input
+		if !json.Valid(in) {
+			// A model may produce invalid JSON as a tool input; it is shown
+			// as the string it was.
+			in, _ = json.Marshal(string(c.Input))
+		}
+		out.PendingConfirmations = append(out.PendingConfirmations, pendingJSON{
+			ToolUseID: c.ToolUseID, RunID: c.RunID, Name: c.Name, Input: in, CreatedAt: rein.FormatTime(c.CreatedAt)})
 	}
 	writeJSON(w, http.StatusOK, out)
 }

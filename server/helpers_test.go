@@ -39,6 +39,8 @@ type options struct {
 	logger         *slog.Logger
 	// noStart leaves svc.Start to the test (Serve starts it).
 	noStart bool
+	// workspace, for serve, is the workspace folder (default: a fresh one).
+	workspace string
 }
 
 // stack is a server with everything behind it: the scripted model of

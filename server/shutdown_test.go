@@ -29,7 +29,11 @@ func serve(t *testing.T, o options) *served {
 	if o.store == nil {
 		o.store = memory.New()
 	}
-	svc, metrics, err := assemble(o, t.TempDir())
+	ws := o.workspace
+	if ws == "" {
+		ws = t.TempDir()
+	}
+	svc, metrics, err := assemble(o, ws)
 	if err != nil {
 		t.Fatal(err)
 	}

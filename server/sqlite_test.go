@@ -287,3 +287,58 @@ func TestCrashRestartWithoutResume(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// TestApprovalSurvivesShutdown: a run waiting for a confirmation is left
+// waiting by a graceful shutdown (the drain neither interrupts it nor waits
+// for it); after a restart the session is busy with it, lists the call in
+// pending_confirmations, and an answer then runs the tool once.
+func TestApprovalSurvivesShutdown(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "rein.db")
+	workspace := t.TempDir()
+	st, err := sqlite.Open(t.Context(), path, sqlite.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	sv := serve(t, options{store: st, workspace: workspace})
+	sid := sv.createSession("")
+	run := sv.send("", sid, "note buy milk", nil)["run_id"].(string)
+	req := sv.waitEvent("", sid, is(rein.EventToolConfirmationRequested, run))
+	toolUse := payloadOf(t, req)["tool_use_id"].(string)
+	if err := sv.shutdown(); err != nil {
+		t.Fatal(err)
+	}
+	if err := st.Close(); err != nil {
+		t.Fatal(err)
+	}
+	st2, err := sqlite.Open(t.Context(), path, sqlite.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st2.Close()
+	sv2 := serve(t, options{store: st2, workspace: workspace})
+	sess := sv2.must(200, "GET", "/api/sessions/"+sid, "", nil)
+	pend, _ := sess["pending_confirmations"].([]any)
+	if sess["state"] != "busy" || sess["current_run_id"] != run || len(pend) != 1 || pend[0].(map[string]any)["tool_use_id"] != toolUse {
+		t.Fatalf("session after restart: %v", sess)
+	}
+	if r := sv2.post("", sid, ev("user.message", map[string]any{"text": "hello"})); r.status != 409 || r.errorCode(t) != "session_busy" {
+		t.Fatalf("new message to the waiting session: %d %s", r.status, r.body)
+	}
+	sv2.results("", sid, ev("user.tool_confirmation", map[string]any{"tool_use_id": toolUse, "allow": true}))
+	if done := sv2.completion("", sid, run); done.Status != rein.StatusCompleted {
+		t.Fatalf("%+v", done)
+	}
+	n := 0
+	for _, e := range sv2.events("", sid) {
+		if e.Type == rein.EventToolConfirmationRequested {
+			n++
+		}
+	}
+	if n != 1 {
+		t.Fatalf("confirmation requested %d times", n)
+	}
+	notes, err := os.ReadFile(filepath.Join(workspace, "local", sid, "notes.md"))
+	if err != nil || strings.Count(string(notes), "note buy milk") != 1 {
+		t.Fatalf("notes %q %v", notes, err)
+	}
+}

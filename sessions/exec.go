@@ -184,16 +184,17 @@ func (s *Service) execute(ctx context.Context, c *run.Control, lr *liveRun) run.
 		system = *sess.System
 	}
 	turn := &agent.Turn{
-		Session:   key,
-		RunID:     rec.ID,
-		Input:     rec.Input,
-		System:    system,
-		Workspace: s.workspace(key),
-		Journal:   &journal{s: s, lr: lr},
-		Events:    lr.w,
-		Confirm:   &confirmer{s: s, lr: lr},
-		Park:      true,
-		Attempt:   attempt,
+		Session:    key,
+		RunID:      rec.ID,
+		Input:      rec.Input,
+		System:     system,
+		Workspace:  s.workspace(key),
+		Journal:    &journal{s: s, lr: lr},
+		Events:     lr.w,
+		Confirm:    &confirmer{s: s, lr: lr},
+		Park:       true,
+		ParkOnStop: s.draining.Load,
+		Attempt:    attempt,
 	}
 	out := s.agent.Run(ctx, c, turn)
 	return run.Outcome{Reason: out.Reason, Reply: out.Reply, Err: out.Err, Usage: out.Usage}
