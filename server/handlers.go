@@ -54,6 +54,7 @@ type sessionJSON struct {
 	CreatedAt       string          `json:"created_at"`
 	Metadata        json.RawMessage `json:"metadata"`
 	ParentSessionID *string         `json:"parent_session_id"`
+	Agent           string          `json:"agent"`
 }
 
 // sessionDetailJSON is GET /api/sessions/{id}.
@@ -82,7 +83,11 @@ func toSessionJSON(s *store.Session) sessionJSON {
 	if len(md) == 0 {
 		md = json.RawMessage("{}")
 	}
-	return sessionJSON{ID: s.ID, CreatedAt: rein.FormatTime(s.CreatedAt), Metadata: md, ParentSessionID: optional(s.ParentID)}
+	agentName := s.Agent
+	if agentName == "" {
+		agentName = sessions.DefaultAgent
+	}
+	return sessionJSON{ID: s.ID, CreatedAt: rein.FormatTime(s.CreatedAt), Metadata: md, ParentSessionID: optional(s.ParentID), Agent: agentName}
 }
 
 // runJSON is a run (SPEC §3); reason and times are null until they apply.
@@ -165,7 +170,8 @@ func (s *Server) createSession(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, http.StatusCreated, toSessionJSON(sess))
 }
 
-// decodeCreateSession reads {} or {"metadata": {...}, "system": "..."}; an
+// decodeCreateSession reads {} or {"metadata": {...}, "system": "...",
+// "agent": "..."}; an
 // empty body counts as {}.
 func decodeCreateSession(body []byte) (sessions.CreateSessionRequest, error) {
 	var req sessions.CreateSessionRequest
@@ -191,6 +197,13 @@ func decodeCreateSession(body []byte) (sessions.CreateSessionRequest, error) {
 		return req, err
 	}
 	req.System = sys
+	agentName, err := p.str("agent", false, true)
+	if err != nil {
+		return req, err
+	}
+	if agentName != nil {
+		req.Agent = *agentName
+	}
 	return req, nil
 }
 

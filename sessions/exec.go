@@ -179,11 +179,27 @@ func (s *Service) execute(ctx context.Context, c *run.Control, lr *liveRun) run.
 	if err != nil {
 		return run.Outcome{Reason: rein.ReasonError, Err: fmt.Errorf("load session: %w", err)}
 	}
+	name := sess.Agent
+	if name == "" {
+		name = DefaultAgent
+	}
+	ag := s.cfg.Agents[name]
+	if ag == nil {
+		return run.Outcome{Reason: rein.ReasonError, Err: fmt.Errorf("the session's agent %q is not configured", name)}
+	}
 	system := s.cfg.System
+	if ag.System != "" {
+		system = ag.System
+	}
 	if sess.System != nil {
 		system = *sess.System
 	}
+	var tools *tool.Registry
+	if ag.Tools != nil {
+		tools = ag.Tools()
+	}
 	turn := &agent.Turn{
+		Tools:      tools,
 		Session:    key,
 		RunID:      rec.ID,
 		Input:      rec.Input,
@@ -196,7 +212,7 @@ func (s *Service) execute(ctx context.Context, c *run.Control, lr *liveRun) run.
 		ParkOnStop: s.draining.Load,
 		Attempt:    attempt,
 	}
-	out := s.agent.Run(ctx, c, turn)
+	out := ag.Loop.Run(ctx, c, turn)
 	return run.Outcome{Reason: out.Reason, Reply: out.Reply, Err: out.Err, Usage: out.Usage}
 }
 

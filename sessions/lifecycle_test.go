@@ -10,6 +10,7 @@ import (
 	"github.com/reinhq/rein"
 	"github.com/reinhq/rein/sessions"
 	"github.com/reinhq/rein/store"
+	"github.com/reinhq/rein/store/memory"
 	"github.com/reinhq/rein/store/storetest"
 )
 
@@ -310,4 +311,52 @@ func testConfirmationWaitSurvivesRestart(t *testing.T, open opener) {
 	if n := countType(f.runEvents(r.RunID), rein.EventToolConfirmationRequested); n != 1 {
 		t.Fatalf("confirmation requested %d times", n)
 	}
+}
+
+func TestSessionAgents(t *testing.T) {
+	f := newFixture(t, memoryStore(t), func(c *sessions.Config) {
+		c.Agents = map[string]*sessions.Agent{
+			sessions.DefaultAgent: {},
+			"terse":               {System: "be terse"},
+		}
+	})
+	ctx := context.Background()
+	_, err := f.svc.CreateSession(ctx, "alice", sessions.CreateSessionRequest{Agent: "nobody"})
+	var re *rein.Error
+	if !errors.As(err, &re) || re.Code != rein.CodeInvalidArgument || re.Param != "agent" {
+		t.Fatalf("unknown agent: %v", err)
+	}
+	for _, c := range []struct{ agent, want string }{{"", "sys=[]"}, {"terse", "sys=[be terse]"}} {
+		sess, err := f.svc.CreateSession(ctx, "alice", sessions.CreateSessionRequest{Agent: c.agent})
+		if err != nil {
+			t.Fatal(err)
+		}
+		wantAgent := c.agent
+		if wantAgent == "" {
+			wantAgent = sessions.DefaultAgent
+		}
+		if sess.Agent != wantAgent {
+			t.Fatalf("session agent %q, want %q", sess.Agent, wantAgent)
+		}
+		f.key = sess.Key()
+		r := f.send("hello", "")
+		f.completed(r.RunID)
+		var reply string
+		for _, e := range f.all() {
+			if e.Type == rein.EventMessage {
+				var p rein.MessagePayload
+				_ = e.DecodePayload(&p)
+				reply = p.Text
+			}
+		}
+		if !strings.Contains(reply, c.want) {
+			t.Fatalf("agent %q: reply %q, want it to contain %q", c.agent, reply, c.want)
+		}
+	}
+}
+
+func memoryStore(t *testing.T) store.Store {
+	st := memory.New()
+	t.Cleanup(func() { st.Close() })
+	return st
 }

@@ -16,9 +16,11 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"log/slog"
 	"path/filepath"
 	"sort"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -61,6 +63,28 @@ type Config struct {
 	Observer Observer
 	// System is the system prompt of sessions without an override.
 	System string
+	// Agents are the configured agents by name (SPEC §10); each session
+	// runs with one (CreateSessionRequest.Agent, default DefaultAgent).
+	// Nil means one agent, DefaultAgent, made of Agent and System.
+	Agents map[string]*Agent
+}
+
+// DefaultAgent is the agent of sessions created without one.
+const DefaultAgent = "default"
+
+// Agent is one configured agent.
+type Agent struct {
+	// Loop runs the ReAct loop with the agent's model and step budget
+	// (required).
+	Loop *agent.Agent
+	// System is the default system prompt of its sessions ("" falls back
+	// to Config.System).
+	System string
+	// Tools returns the tools a run of the agent is offered, with the
+	// agent's confirmation set; nil means the loop's own. It is called once
+	// per run, so tools that appear later (an MCP server that came up) are
+	// offered from the next run on.
+	Tools func() *tool.Registry
 }
 
 // Observer receives the service's measurements, for metrics. Methods are
@@ -112,8 +136,22 @@ func New(cfg Config) (*Service, error) {
 	if cfg.Store == nil {
 		return nil, errors.New("sessions: Config.Store is required")
 	}
+	if cfg.Agents == nil {
+		if cfg.Agent == nil {
+			return nil, errors.New("sessions: Config.Agent or Config.Agents is required")
+		}
+		cfg.Agents = map[string]*Agent{DefaultAgent: {Loop: cfg.Agent}}
+	}
+	if cfg.Agents[DefaultAgent] == nil {
+		return nil, fmt.Errorf("sessions: Config.Agents has no %q agent", DefaultAgent)
+	}
+	for name, a := range cfg.Agents {
+		if a == nil || a.Loop == nil {
+			return nil, fmt.Errorf("sessions: agent %q has no loop", name)
+		}
+	}
 	if cfg.Agent == nil {
-		return nil, errors.New("sessions: Config.Agent is required")
+		cfg.Agent = cfg.Agents[DefaultAgent].Loop
 	}
 	if cfg.Instance == "" {
 		cfg.Instance = id.New("ins_")
@@ -172,6 +210,20 @@ func (nopObserver) RunParked()                           {}
 
 func (s *Service) now() time.Time { return s.cfg.Clock.Now() }
 
+// agentNames lists the configured agents, sorted.
+func (s *Service) agentNames() []string {
+	names := make([]string, 0, len(s.cfg.Agents))
+	for n := range s.cfg.Agents {
+		names = append(names, n)
+	}
+	sort.Strings(names)
+	return names
+}
+
+// AgentNames lists the configured agents, sorted (for clients that offer
+// a choice).
+func (s *Service) AgentNames() []string { return s.agentNames() }
+
 func (s *Service) unavailableIfDraining() error {
 	if s.draining.Load() {
 		return rein.Errorf(rein.CodeUnavailable, "the server is shutting down")
@@ -187,6 +239,8 @@ type CreateSessionRequest struct {
 	Metadata json.RawMessage
 	// System is the session's system-prompt override (nil: none).
 	System *string
+	// Agent names the configured agent its runs use ("": DefaultAgent).
+	Agent string
 }
 
 // CreateSession creates a root session for owner.
@@ -198,7 +252,14 @@ func (s *Service) CreateSession(ctx context.Context, owner string, req CreateSes
 	if len(md) == 0 {
 		md = json.RawMessage("{}")
 	}
-	sess := &store.Session{Owner: owner, ID: id.New(id.Session), Metadata: md, System: req.System, CreatedAt: s.now()}
+	name := req.Agent
+	if name == "" {
+		name = DefaultAgent
+	}
+	if s.cfg.Agents[name] == nil {
+		return nil, rein.InvalidArgument("agent", "unknown agent %q (configured: %s)", name, strings.Join(s.agentNames(), ", "))
+	}
+	sess := &store.Session{Owner: owner, ID: id.New(id.Session), Metadata: md, System: req.System, Agent: name, CreatedAt: s.now()}
 	if err := s.st.CreateSession(ctx, sess); err != nil {
 		return nil, err
 	}

@@ -62,6 +62,9 @@ type Session struct {
 	Metadata json.RawMessage
 	// System is the session's system-prompt override; nil means none.
 	System *string
+	// Agent names the configured agent the session's runs use ("" means
+	// the default agent).
+	Agent string
 	// Subagent is the child's descriptor, nil for a root session.
 	Subagent *SubagentDescriptor
 	// CreatedAt is set by CreateSession when zero.

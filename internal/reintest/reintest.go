@@ -49,6 +49,12 @@ func ServiceWithTools(script string, st store.Store, configure func(*sessions.Co
 	if cfg.Agent, err = agent.New(agent.Config{Model: m, Tools: tools, Logger: cfg.Logger}); err != nil {
 		return nil, err
 	}
+	// Agents configured without a loop run the scripted one.
+	for _, a := range cfg.Agents {
+		if a != nil && a.Loop == nil {
+			a.Loop = cfg.Agent
+		}
+	}
 	return sessions.New(cfg)
 }
 

@@ -42,9 +42,9 @@ func (s *Store) CreateSession(ctx context.Context, sess *store.Session) error {
 	octx, cancel := s.opContext(ctx)
 	defer cancel()
 	b := &pgx.Batch{}
-	b.Queue(`INSERT INTO sessions (owner, id, parent_id, metadata, system, subagent, created_at)
-		VALUES ($1, $2, $3, $4::text::json, $5, $6::text::json, $7)`,
-		sess.Owner, sess.ID, nullString(sess.ParentID), string(sess.Metadata), sess.System, nullBytes(subagent), sess.CreatedAt)
+	b.Queue(`INSERT INTO sessions (owner, id, parent_id, metadata, system, subagent, created_at, agent)
+		VALUES ($1, $2, $3, $4::text::json, $5, $6::text::json, $7, $8)`,
+		sess.Owner, sess.ID, nullString(sess.ParentID), string(sess.Metadata), sess.System, nullBytes(subagent), sess.CreatedAt, sess.Agent)
 	b.Queue(`INSERT INTO event_seqs (owner, session_id) VALUES ($1, $2)`, sess.Owner, sess.ID)
 	err = s.pool.SendBatch(octx, b).Close()
 	if err == nil {
@@ -60,7 +60,7 @@ func (s *Store) CreateSession(ctx context.Context, sess *store.Session) error {
 	return err
 }
 
-const sessionColumns = `owner, id, parent_id, metadata, system, subagent, created_at`
+const sessionColumns = `owner, id, parent_id, metadata, system, subagent, created_at, agent`
 
 func scanSession(row pgx.Row) (*store.Session, error) {
 	var (
@@ -69,7 +69,7 @@ func scanSession(row pgx.Row) (*store.Session, error) {
 		metadata []byte
 		subagent []byte
 	)
-	if err := row.Scan(&sess.Owner, &sess.ID, &parent, &metadata, &sess.System, &subagent, &sess.CreatedAt); err != nil {
+	if err := row.Scan(&sess.Owner, &sess.ID, &parent, &metadata, &sess.System, &subagent, &sess.CreatedAt, &sess.Agent); err != nil {
 		return nil, err
 	}
 	if parent != nil {

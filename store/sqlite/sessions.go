@@ -50,9 +50,9 @@ func (s *Store) CreateSession(ctx context.Context, in *store.Session) error {
 		if createdAt.IsZero() {
 			createdAt = tx.now
 		}
-		res, err := tx.exec(`INSERT INTO sessions (owner, id, parent_id, metadata, system, subagent, created_at)
-			VALUES (?, ?, ?, ?, ?, ?, ?)`,
-			in.Owner, in.ID, in.ParentID, string(meta), system, sub, createdAt.UnixMicro())
+		res, err := tx.exec(`INSERT INTO sessions (owner, id, parent_id, metadata, system, subagent, created_at, agent)
+			VALUES (?, ?, ?, ?, ?, ?, ?, ?)`,
+			in.Owner, in.ID, in.ParentID, string(meta), system, sub, createdAt.UnixMicro(), in.Agent)
 		if err != nil {
 			return err
 		}
@@ -71,7 +71,7 @@ func (s *Store) CreateSession(ctx context.Context, in *store.Session) error {
 	return nil
 }
 
-const sessionColumns = `owner, id, parent_id, metadata, system, subagent, created_at`
+const sessionColumns = `owner, id, parent_id, metadata, system, subagent, created_at, agent`
 
 func scanSession(sc interface{ Scan(...any) error }) (*store.Session, error) {
 	var (
@@ -81,7 +81,7 @@ func scanSession(sc interface{ Scan(...any) error }) (*store.Session, error) {
 		sub      sql.NullString
 		creation sql.NullInt64
 	)
-	if err := sc.Scan(&out.Owner, &out.ID, &out.ParentID, &meta, &system, &sub, &creation); err != nil {
+	if err := sc.Scan(&out.Owner, &out.ID, &out.ParentID, &meta, &system, &sub, &creation, &out.Agent); err != nil {
 		return nil, err
 	}
 	out.Metadata = json.RawMessage(meta)

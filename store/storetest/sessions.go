@@ -33,6 +33,7 @@ func testSessionRoundTrip(t *T) {
 		ParentID: "ses_parent",
 		Metadata: []byte(`{"title": "déjà vu ✓", "tags": ["a", "b"], "n": 1.5, "nested": {"ok": true, "nil": null}}`),
 		System:   &sys,
+		Agent:    "researcher",
 		Subagent: &store.SubagentDescriptor{
 			Agent: "researcher", Label: "find sources", Model: "openai:gpt-x",
 			System: "you research", ToolFilter: []string{"search", "fetch"}, Depth: 2,
@@ -52,6 +53,9 @@ func testSessionRoundTrip(t *T) {
 	}
 	if !reflect.DeepEqual(got.Subagent, in.Subagent) {
 		t.Fatalf("Subagent = %+v, want %+v", got.Subagent, in.Subagent)
+	}
+	if got.Agent != "researcher" {
+		t.Fatalf("Agent = %q, want researcher", got.Agent)
 	}
 	wantTime(t, got.CreatedAt, t.now(), "CreatedAt (defaulted from the clock)")
 }
