@@ -16,6 +16,7 @@ import (
 	"github.com/reinhq/rein/store/backend"
 	"github.com/reinhq/rein/tool"
 	"github.com/reinhq/rein/tool/builtin"
+	"github.com/reinhq/rein/tool/workspace"
 )
 
 // runtimeOptions say how to assemble a sessions service from flags.
@@ -67,7 +68,7 @@ func buildRuntime(ctx context.Context, o runtimeOptions) (*sessions.Service, sto
 	if err != nil {
 		return nil, nil, fmt.Errorf("--model %s: %w", o.Model, err)
 	}
-	reg, err := tool.NewRegistry(tool.RegistryOptions{Confirm: o.Confirm, Logger: o.Logger}, builtin.All()...)
+	reg, err := tool.NewRegistry(tool.RegistryOptions{Confirm: o.Confirm, Logger: o.Logger}, append(builtin.All(), workspace.Tools()...)...)
 	if err != nil {
 		return nil, nil, fmt.Errorf("--confirm: %w", err)
 	}

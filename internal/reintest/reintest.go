@@ -22,6 +22,7 @@ import (
 	"github.com/reinhq/rein/store/memory"
 	"github.com/reinhq/rein/tool"
 	"github.com/reinhq/rein/tool/builtin"
+	"github.com/reinhq/rein/tool/workspace"
 )
 
 // Service builds (without starting it) a sessions service over st whose
@@ -42,7 +43,7 @@ func ServiceWithTools(script string, st store.Store, configure func(*sessions.Co
 	if configure != nil {
 		configure(&cfg)
 	}
-	tools, err := tool.NewRegistry(tool.RegistryOptions{Logger: cfg.Logger}, append(builtin.All(), extra...)...)
+	tools, err := tool.NewRegistry(tool.RegistryOptions{Logger: cfg.Logger}, append(append(builtin.All(), workspace.Tools()...), extra...)...)
 	if err != nil {
 		return nil, err
 	}
