@@ -127,12 +127,5 @@ func BenchmarkRestartToStepRestarted(b *testing.B) {
 }
 
 func startService(b *testing.B, st store.Store) *sessions.Service {
-	svc, err := reintest.Service("testdata/service.yaml", st, func(c *sessions.Config) { c.Workspace = b.TempDir() })
-	if err != nil {
-		b.Fatal(err)
-	}
-	if err := svc.Start(context.Background()); err != nil {
-		b.Fatal(err)
-	}
-	return svc
+	return startServiceWith(b, st, nil)
 }
