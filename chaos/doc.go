@@ -11,7 +11,13 @@
 // rewritten) are about what survives the death of a process. In-process
 // tests can stop a store at the Nth write, but only a separate process that
 // the kernel kills outright shows that nothing depends on a deferred call,
-// a flushed buffer or a goodbye to the database. The tests talk to the
+// a flushed buffer or a goodbye to the database.
+//
+// The same holds for SPEC §6 "Confirmations are durable" (approval_test.go):
+// a run parked on write_note confirmations is taken through a graceful
+// shutdown (SIGTERM, exit 0), a kill -9, an answer split across a restart,
+// an answer from another owner, and a deadline that passes while no server
+// runs; the notes file in the session's workspace counts the side effects. The tests talk to the
 // server only through its public HTTP API (the client package), as any
 // user would.
 //

@@ -13,6 +13,7 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 
@@ -155,13 +156,39 @@ const leaseTTL = time.Second
 
 // proc is one `rein serve` process.
 type proc struct {
-	name   string
-	cmd    *exec.Cmd
-	url    string
+	name string
+	cmd  *exec.Cmd
+	url  string
+	// client talks to the server as the owner of serveOptions.token (in
+	// single-user mode, as owner "local").
 	client *client.Client
-	stderr *stderrBuffer
+	// workspace is the process's --workspace directory.
+	workspace string
+	stderr    *stderrBuffer
 	// done is closed once the process has exited and been waited for.
 	done chan struct{}
+}
+
+// serveOptions are what a scenario may change about a server. The zero
+// value is a single-user server with a workspace of its own.
+type serveOptions struct {
+	// workspace is the --workspace directory; "" gives the process a fresh
+	// one. Servers that must see the same session folders (a restart on
+	// the same store) share one.
+	workspace string
+	// tokens is the --tokens file; "" is single-user mode.
+	tokens string
+	// token is the bearer token proc.client sends (with tokens set).
+	token string
+}
+
+// newClient is a client of p's server that sends token ("" for none).
+func newClient(p *proc, token string) *client.Client {
+	opts := []client.Option{client.WithBackoff(client.Backoff{Initial: 20 * time.Millisecond, Max: 200 * time.Millisecond})}
+	if token != "" {
+		opts = append(opts, client.WithToken(token))
+	}
+	return client.New(p.url, opts...)
 }
 
 var listenURL = regexp.MustCompile(`msg="rein serve listening" url=(http://\S+)`)
@@ -171,17 +198,31 @@ var listenURL = regexp.MustCompile(`msg="rein serve listening" url=(http://\S+)`
 // if the test failed.
 func startServe(ctx context.Context, t *testing.T, name, store string) *proc {
 	t.Helper()
+	return startServeWith(ctx, t, name, store, serveOptions{})
+}
+
+// startServeWith is startServe with options.
+func startServeWith(ctx context.Context, t *testing.T, name, store string, o serveOptions) *proc {
+	t.Helper()
 	work := t.TempDir()
-	cmd := exec.Command(reinBinary(t), "serve",
+	ws := o.workspace
+	if ws == "" {
+		ws = filepath.Join(work, "workspace")
+	}
+	args := []string{"serve",
 		"--addr", "127.0.0.1:0",
 		"--store", store,
-		"--model", "scripted:"+script(t),
+		"--model", "scripted:" + script(t),
 		"--lease-ttl", leaseTTL.String(),
-		"--workspace", filepath.Join(work, "workspace"),
-	)
+		"--workspace", ws,
+	}
+	if o.tokens != "" {
+		args = append(args, "--tokens", o.tokens)
+	}
+	cmd := exec.Command(reinBinary(t), args...)
 	cmd.Dir = work
 	cmd.Env = serveEnv()
-	p := &proc{name: name, cmd: cmd, stderr: newStderrBuffer(), done: make(chan struct{})}
+	p := &proc{name: name, cmd: cmd, workspace: ws, stderr: newStderrBuffer(), done: make(chan struct{})}
 	cmd.Stderr = p.stderr
 	if err := cmd.Start(); err != nil {
 		t.Fatalf("start %s: %v", name, err)
@@ -209,7 +250,7 @@ func startServe(ctx context.Context, t *testing.T, name, store string) *proc {
 		t.Fatalf("%s: no listen url in:\n%s", name, p.stderr.String())
 	}
 	p.url = m[1]
-	p.client = client.New(p.url, client.WithBackoff(client.Backoff{Initial: 20 * time.Millisecond, Max: 200 * time.Millisecond}))
+	p.client = newClient(p, o.token)
 	// The listener is bound before the line is logged; wait until the
 	// server also answers, bounded by ctx.
 	for {
@@ -239,6 +280,24 @@ func (p *proc) kill() {
 	}
 	_ = p.cmd.Process.Kill()
 	<-p.done
+}
+
+// term sends SIGTERM (a graceful shutdown, SPEC §3 "Shutdown") and waits,
+// bounded by ctx, until the process has exited; it fails the test unless
+// the process exits 0.
+func (p *proc) term(ctx context.Context, t *testing.T) {
+	t.Helper()
+	if err := p.cmd.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatalf("%s: SIGTERM: %v", p.name, err)
+	}
+	select {
+	case <-p.done:
+	case <-ctx.Done():
+		t.Fatalf("%s did not exit after SIGTERM: %v\n%s", p.name, context.Cause(ctx), p.stderr.String())
+	}
+	if code := p.cmd.ProcessState.ExitCode(); code != 0 {
+		t.Fatalf("%s exited %d after SIGTERM (%v), want 0:\n%s", p.name, code, p.cmd.ProcessState, p.stderr.String())
+	}
 }
 
 // serveEnv is the test's environment without REIN_* variables, so that a

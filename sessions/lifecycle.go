@@ -163,8 +163,10 @@ func (lc *lifecycle) admit(ctx context.Context, key rein.SessionKey, req Message
 			if req.WhenBusy == rein.WhenBusyRollback {
 				mode = stopRollback
 			}
-			if _, err := tx.UpdateRun(running.ID, store.RunUpdate{Stop: mode}); err != nil {
-				return err
+			if stronger(mode, running.Stop) {
+				if _, err := tx.UpdateRun(running.ID, store.RunUpdate{Stop: mode}); err != nil {
+					return err
+				}
 			}
 			a.target = running.ID
 		}
@@ -185,6 +187,25 @@ func (lc *lifecycle) admit(ctx context.Context, key rein.SessionKey, req Message
 
 // stopRollback is the durable stop of when_busy=rollback.
 const stopRollback = "rollback"
+
+// stronger reports whether the stop next outranks cur, the one already
+// recorded on a run: rollback > cancel > interrupt > none. A later, weaker
+// stop never replaces a stronger one on its way (a rolled-back run stays
+// rolled back).
+func stronger(next, cur string) bool {
+	rank := func(s string) int {
+		switch s {
+		case stopRollback:
+			return 3
+		case string(rein.StopCancel):
+			return 2
+		case string(rein.StopInterrupt):
+			return 1
+		}
+		return 0
+	}
+	return rank(next) > rank(cur)
+}
 
 func inputMessage(rec *store.RunRecord) rein.Message {
 	return rein.Message{Role: rein.RoleUser, Text: rec.Input, RunID: rec.ID}
@@ -624,9 +645,7 @@ func (lc *lifecycle) stopRemote(ctx context.Context, key rein.SessionKey, runID 
 			o.ended = true
 			return lc.endUnstarted(tx, rec, rein.ReasonCancelled, now)
 		}
-		if rec.Stop == stopRollback || rec.Stop == string(rein.StopCancel) {
-			// A stronger stop is already on its way: a later, weaker one
-			// does not replace it (a rolled-back run stays rolled back).
+		if !stronger(string(mode), rec.Stop) {
 			return nil
 		}
 		_, err = tx.UpdateRun(runID, store.RunUpdate{Stop: string(mode)})

@@ -54,15 +54,17 @@ import (
 //     without a result; a run stopped by rollback ends CANCELLED with
 //     rolled_back true, and no other run is rolled back.
 //
-// By default each backend runs propertyChecks sequences of at most
-// -property.actions actions. A longer exploration:
+// By default the memory store gets 60 generated sequences and SQLite 15
+// (rapid's own default, 100 each, is a longer exploration than every CI run
+// needs), each of at most -property.actions actions (16). A longer
+// exploration:
 //
 //	go test -race -run Property ./sessions/ -rapid.checks=500 -property.actions=40
 //
 // A failure prints the seed (-rapid.seed=N) and the shrunk action sequence.
 func TestPropertyRunLifecycle(t *testing.T) {
-	defaultRapidChecks(t, propertyChecks)
 	t.Run("memory", func(t *testing.T) {
+		defaultRapidChecks(t, 60)
 		rapid.Check(t, func(rt *rapid.T) {
 			st := memory.New()
 			rt.Cleanup(func() { st.Close() })
@@ -70,6 +72,7 @@ func TestPropertyRunLifecycle(t *testing.T) {
 		})
 	})
 	t.Run("sqlite", func(t *testing.T) {
+		defaultRapidChecks(t, 15)
 		rapid.Check(t, func(rt *rapid.T) {
 			dir, err := os.MkdirTemp("", "rein-property-")
 			if err != nil {
@@ -86,13 +89,9 @@ func TestPropertyRunLifecycle(t *testing.T) {
 	})
 }
 
-var propertyActions = flag.Int("property.actions", 12, "sessions property test: most actions in one generated sequence")
+var propertyActions = flag.Int("property.actions", 16, "sessions property test: most actions in one generated sequence")
 
 const (
-	// propertyChecks is the number of sequences per backend unless
-	// -rapid.checks or RAPID_CHECKS says otherwise (rapid's own default,
-	// 100, is a longer exploration than CI needs on every run).
-	propertyChecks = 12
 	// propertyTTL is the turn lease of the services under test: short, so
 	// that a crashed instance's lease expires soon after the restart.
 	propertyTTL = 200 * time.Millisecond
@@ -106,8 +105,8 @@ var rapidChecksFlag struct {
 	set  bool // given on the command line or in the environment
 }
 
-// defaultRapidChecks makes rapid run n checks per Check, unless the
-// command line or RAPID_CHECKS chose a number.
+// defaultRapidChecks makes rapid run n checks per Check for the rest of t,
+// unless the command line or RAPID_CHECKS chose a number.
 func defaultRapidChecks(t *testing.T, n int) {
 	rapidChecksFlag.once.Do(func() {
 		flag.Visit(func(f *flag.Flag) {
@@ -141,6 +140,7 @@ func defaultRapidChecks(t *testing.T, n int) {
 type holdTool struct {
 	mu    sync.Mutex
 	gates map[string]chan struct{}
+	calls map[string]int // per tool_use_id: a call is never made twice
 }
 
 func (h *holdTool) Spec() tool.Spec {
@@ -159,6 +159,9 @@ func (h *holdTool) gate(runID string) chan struct{} {
 }
 
 func (h *holdTool) Call(ctx context.Context, c tool.Call) (tool.Result, error) {
+	h.mu.Lock()
+	h.calls[c.ID]++
+	h.mu.Unlock()
 	select {
 	case <-h.gate(c.RunID):
 		return tool.Result{Output: "released"}, nil
@@ -266,7 +269,7 @@ type world struct {
 }
 
 func checkLifecycle(t *rapid.T, base store.Store) {
-	w := &world{t: t, ctx: context.Background(), base: base, hold: &holdTool{gates: map[string]chan struct{}{}}, runs: map[string]*mrun{}}
+	w := &world{t: t, ctx: context.Background(), base: base, hold: &holdTool{gates: map[string]chan struct{}{}, calls: map[string]int{}}, runs: map[string]*mrun{}}
 	w.start()
 	t.Cleanup(func() { w.svc.Close() })
 	n := rapid.IntRange(2, 3).Draw(t, "sessions")
@@ -306,6 +309,13 @@ func checkLifecycle(t *rapid.T, base store.Store) {
 			t.Fatalf("run %s never ended", r.name)
 		}
 	}
+	w.hold.mu.Lock()
+	for id, n := range w.hold.calls {
+		if n > 1 {
+			t.Fatalf("tool call %s made %d times", id, n)
+		}
+	}
+	w.hold.mu.Unlock()
 	for _, s := range w.sess {
 		h, err := base.LoadHistory(w.ctx, s.key)
 		if err != nil {
@@ -318,7 +328,10 @@ func checkLifecycle(t *rapid.T, base store.Store) {
 	}
 }
 
-func (w *world) logf(format string, args ...any) { w.t.Logf(format, args...) }
+func (w *world) logf(format string, args ...any) {
+	w.t.Helper()
+	w.t.Logf(format, args...)
+}
 
 func (w *world) fatalf(format string, args ...any) {
 	w.t.Helper()
@@ -327,6 +340,9 @@ func (w *world) fatalf(format string, args ...any) {
 }
 
 func (w *world) name(id string) string {
+	if id == "" {
+		return "-"
+	}
 	if r := w.runs[id]; r != nil {
 		return r.name
 	}
@@ -398,7 +414,7 @@ func (w *world) cursors() []int {
 
 // ------------------------------------------------------------ actions
 
-var whenBusies = []rein.WhenBusy{rein.WhenBusyReject, rein.WhenBusyEnqueue, rein.WhenBusyInterrupt, rein.WhenBusyRollback}
+var whenBusies = []rein.WhenBusy{rein.WhenBusyEnqueue, rein.WhenBusyReject, rein.WhenBusyInterrupt, rein.WhenBusyRollback}
 var stopModes = []rein.StopMode{rein.StopCancel, rein.StopInterrupt}
 
 func (w *world) step() {
@@ -406,9 +422,11 @@ func (w *world) step() {
 	s := w.sess[rapid.IntRange(0, len(w.sess)-1).Draw(t, "session")]
 	snap := w.snapshot()
 	cur := snap.current[s.i]
-	kinds := []string{"submit", "stop", "supplement", "burst", "restart"}
+	// Weighted by repetition: messages build the queues that stops,
+	// releases and crashes then act on.
+	kinds := []string{"submit", "submit", "submit", "submit", "stop", "stop", "stop", "burst", "burst", "supplement", "restart"}
 	if cur != "" {
-		kinds = append(kinds, "release")
+		kinds = append(kinds, "release", "release")
 	}
 	switch rapid.SampledFrom(kinds).Draw(t, "action") {
 	case "submit":
@@ -496,10 +514,10 @@ func (w *world) stop(s *msess, snap snapshot) {
 	cur := snap.current[s.i]
 	kinds := []string{"none", "unknown"}
 	if cur != "" {
-		kinds = append(kinds, "current")
+		kinds = append(kinds, "current", "current")
 	}
 	if len(snap.queued[s.i]) > 0 {
-		kinds = append(kinds, "queued")
+		kinds = append(kinds, "queued", "queued")
 	}
 	if len(snap.ended[s.i]) > 0 {
 		kinds = append(kinds, "ended")
