@@ -21,6 +21,8 @@ type Session struct {
 	// ParentSessionID is the parent of a subagent child, "" for a root
 	// session.
 	ParentSessionID string `json:"parent_session_id"`
+	// Agent is the configured agent the session's runs use.
+	Agent string `json:"agent"`
 
 	// The fields below are filled by GetSession only.
 
@@ -32,6 +34,19 @@ type Session struct {
 	QueuedRunIDs []string `json:"queued_run_ids,omitempty"`
 	// LastSeq is the seq of the session's last event (0 when it has none).
 	LastSeq int64 `json:"last_seq,omitempty"`
+	// PendingConfirmations are the tool calls waiting for an answer,
+	// oldest first. They survive restarts: an approval asked yesterday can
+	// be answered today.
+	PendingConfirmations []PendingConfirmation `json:"pending_confirmations,omitempty"`
+}
+
+// PendingConfirmation is a tool call waiting for a human's answer.
+type PendingConfirmation struct {
+	ToolUseID string          `json:"tool_use_id"`
+	RunID     string          `json:"run_id"`
+	Name      string          `json:"name"`
+	Input     json.RawMessage `json:"input"`
+	CreatedAt time.Time       `json:"created_at"`
 }
 
 // CreateSessionRequest is the body of POST /api/sessions.
@@ -42,6 +57,8 @@ type CreateSessionRequest struct {
 	// System overrides the system prompt for the session's runs (nil:
 	// the server's default).
 	System *string `json:"system,omitempty"`
+	// Agent names a configured agent ("": the server's default).
+	Agent string `json:"agent,omitempty"`
 }
 
 // CreateSession creates a session of the caller's owner.

@@ -9,6 +9,7 @@ import (
 	"os/signal"
 	"slices"
 	"strings"
+	"time"
 
 	"github.com/reinhq/rein"
 	"github.com/reinhq/rein/client"
@@ -78,6 +79,14 @@ func runChat(ctx context.Context, args []string, io stdio, sigs <-chan os.Signal
 		reply:     &replyPrinter{w: io.out},
 	}
 	fmt.Fprintln(io.err, "chatting in session "+sid+"; /help for commands")
+	if len(info.PendingConfirmations) > 0 {
+		// Asked before this chat began — maybe yesterday, before a restart:
+		// it can be answered now.
+		fmt.Fprintln(io.err, "[waiting for confirmation since before this chat; /approve or /deny:]")
+		for _, p := range info.PendingConfirmations {
+			fmt.Fprintf(io.err, "  %s %s %s (asked %s)\n", p.ToolUseID, p.Name, p.Input, p.CreatedAt.Format(time.RFC3339))
+		}
+	}
 	return ch.loop(ctx, sigs)
 }
 

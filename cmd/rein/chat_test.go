@@ -178,6 +178,11 @@ func TestChatResumesASession(t *testing.T) {
 
 	cmd := start(t, runChat, map[string]string{"REIN_SERVER": s.url}, "--session", sess.ID)
 	cmd.err.waitFor(t, "/help for commands")
+	// Joining shows what waits for an answer, without being asked.
+	joined := cmd.err.waitFor(t, "since before this chat")
+	if !strings.Contains(joined, "write_note") {
+		t.Fatalf("join did not show the pending call:\n%s", joined)
+	}
 	cmd.line("/status")
 	out := cmd.out.waitFor(t, "[waiting for confirmation:]")
 	if strings.Contains(out, "echo") || strings.Contains(out, "[confirm tool") {

@@ -81,7 +81,7 @@ func cmdRun(ctx context.Context, args []string, io stdio) int {
 	if *verbose {
 		logger = slog.New(slog.NewTextHandler(io.err, nil))
 	}
-	svc, st, err := buildRuntime(ctx, runtimeOptions{
+	rt, err := buildRuntime(ctx, runtimeOptions{
 		Store: *storeSpec, Model: *modelName, Confirm: confirm.confirm(), Workspace: *workspace,
 		Logger: logger, LookupEnv: io.lookupEnv,
 	})
@@ -89,7 +89,8 @@ func cmdRun(ctx context.Context, args []string, io stdio) int {
 		fmt.Fprintln(io.err, "rein run:", err)
 		return exitUsage
 	}
-	defer st.Close()
+	defer rt.Close()
+	svc := rt.svc
 	if err := svc.Start(ctx); err != nil {
 		fmt.Fprintln(io.err, "rein run:", err)
 		return exitFailed

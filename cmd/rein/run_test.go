@@ -74,11 +74,12 @@ func TestRunExitCodes(t *testing.T) {
 // and events stay complete.
 func TestRunFirstSignalInterrupts(t *testing.T) {
 	ctx := context.Background()
-	svc, st, err := buildRuntime(ctx, runtimeOptions{Store: "memory:", Model: "scripted:testdata/run.yaml", Workspace: t.TempDir(), LookupEnv: noEnv})
+	rt, err := buildRuntime(ctx, runtimeOptions{Store: "memory:", Model: "scripted:testdata/run.yaml", Workspace: t.TempDir(), LookupEnv: noEnv})
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer st.Close()
+	defer rt.Close()
+	svc := rt.svc
 	if err := svc.Start(ctx); err != nil {
 		t.Fatal(err)
 	}

@@ -5,10 +5,13 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
+	"slices"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/reinhq/rein/agent"
+	"github.com/reinhq/rein/config"
 	"github.com/reinhq/rein/model"
 	"github.com/reinhq/rein/model/catalog"
 	"github.com/reinhq/rein/sessions"
@@ -16,6 +19,7 @@ import (
 	"github.com/reinhq/rein/store/backend"
 	"github.com/reinhq/rein/tool"
 	"github.com/reinhq/rein/tool/builtin"
+	"github.com/reinhq/rein/tool/mcp"
 	"github.com/reinhq/rein/tool/workspace"
 )
 
@@ -23,11 +27,20 @@ import (
 type runtimeOptions struct {
 	// Store is the --store spec ("" → sqlite:./rein.db).
 	Store string
-	// Model is the --model spec ("" → demo).
+	// Model is the --model spec ("" → demo): the model of agents that
+	// name none.
 	Model string
 	// Confirm replaces the default set of tools needing confirmation when
 	// not nil (--confirm).
 	Confirm *[]string
+	// Config is the --config file ("" → one agent, default, from the
+	// flags).
+	Config string
+	// MaxSteps is the step budget of agents that set none (0 → 25).
+	MaxSteps int
+	// Instance names this instance among those sharing the store ("" → a
+	// fresh id).
+	Instance string
 	// Workspace is the root of session workspaces ("" → none).
 	Workspace string
 	// LeaseTTL is the turn lease TTL (0 → default).
@@ -47,10 +60,29 @@ type runtimeOptions struct {
 	OnRetry func(model.RetryInfo)
 }
 
-// buildRuntime opens the store, the model and the tools and returns a
-// sessions service over them (not yet started) and the store, which the
-// caller closes after draining the service.
-func buildRuntime(ctx context.Context, o runtimeOptions) (*sessions.Service, store.Store, error) {
+// runtime is what buildRuntime assembled; Close releases it after the
+// service has drained.
+type runtime struct {
+	svc *sessions.Service
+	st  store.Store
+	mcp *mcp.Manager
+}
+
+// Close closes the MCP connections and the store.
+func (r *runtime) Close() {
+	if r.mcp != nil {
+		r.mcp.Close()
+	}
+	r.st.Close()
+}
+
+// builtinTools are the tools every agent may be offered (SPEC §8).
+func builtinTools() []tool.Tool { return append(builtin.All(), workspace.Tools()...) }
+
+// buildRuntime reads the configuration, opens the models, the MCP servers
+// and the store, and returns a sessions service over them (not yet
+// started). A configuration error is reported as FILE:LINE: reason.
+func buildRuntime(ctx context.Context, o runtimeOptions) (*runtime, error) {
 	if o.Logger == nil {
 		o.Logger = slog.New(slog.DiscardHandler)
 	}
@@ -60,29 +92,93 @@ func buildRuntime(ctx context.Context, o runtimeOptions) (*sessions.Service, sto
 	if o.Model == "" {
 		o.Model = "demo"
 	}
-	m, err := catalog.Open(o.Model, catalog.Env{
+	env := catalog.Env{
 		Getenv:  func(k string) string { v, _ := o.LookupEnv(k); return v },
 		Logger:  o.Logger,
 		OnRetry: o.OnRetry,
-	})
-	if err != nil {
-		return nil, nil, fmt.Errorf("--model %s: %w", o.Model, err)
 	}
-	reg, err := tool.NewRegistry(tool.RegistryOptions{Confirm: o.Confirm, Logger: o.Logger}, append(builtin.All(), workspace.Tools()...)...)
-	if err != nil {
-		return nil, nil, fmt.Errorf("--confirm: %w", err)
+	models := map[string]model.Model{}
+	openModel := func(spec string) (model.Model, error) {
+		if m, ok := models[spec]; ok {
+			return m, nil
+		}
+		m, err := catalog.Open(spec, env)
+		if err != nil {
+			return nil, err
+		}
+		models[spec] = m
+		return m, nil
 	}
-	ag, err := agent.New(agent.Config{Model: m, Tools: reg, Logger: o.Logger})
-	if err != nil {
-		return nil, nil, err
+	if _, err := openModel(o.Model); err != nil {
+		return nil, fmt.Errorf("--model %s: %w", o.Model, err)
+	}
+	builtins := builtinTools()
+	known := make([]string, len(builtins))
+	defaultConfirm := []string{}
+	for i, t := range builtins {
+		known[i] = t.Spec().Name
+		if t.Spec().Confirm {
+			defaultConfirm = append(defaultConfirm, t.Spec().Name)
+		}
+	}
+	if o.Confirm != nil {
+		for _, name := range *o.Confirm {
+			if !slices.Contains(known, name) && !strings.Contains(name, "__") {
+				return nil, fmt.Errorf("--confirm: unknown tool %q (tools: %s)", name, strings.Join(known, ", "))
+			}
+		}
+		defaultConfirm = *o.Confirm
+	}
+	copts := config.Options{
+		DefaultModel: o.Model, DefaultConfirm: defaultConfirm, DefaultMaxSteps: o.MaxSteps, KnownTools: known,
+		CheckModel: func(name string) error { _, err := openModel(name); return err },
+	}
+	cfg := config.Default(copts)
+	if o.Config != "" {
+		var err error
+		if cfg, err = config.Load(o.Config, copts); err != nil {
+			return nil, err
+		}
+	}
+	rt := &runtime{}
+	servers := make([]mcp.Server, 0, len(cfg.MCPServerNames))
+	for _, name := range cfg.MCPServerNames {
+		c := cfg.MCPServers[name]
+		servers = append(servers, mcp.Server{Name: c.Name, Command: c.Command, Env: c.Env, URL: c.URL, Headers: c.Headers})
+	}
+	toolsets := &toolsets{builtins: builtins}
+	if len(servers) > 0 {
+		m, err := mcp.NewManager(ctx, servers, mcp.Options{Logger: o.Logger, OnToolsChanged: toolsets.changed})
+		if err != nil {
+			return nil, fmt.Errorf("%s: mcp_servers: %w", o.Config, err)
+		}
+		rt.mcp, toolsets.mcp = m, m
+	}
+	agents := map[string]*sessions.Agent{}
+	for _, name := range cfg.AgentNames {
+		a := cfg.Agents[name]
+		m, err := openModel(a.Model)
+		if err != nil {
+			rt.closeMCP()
+			return nil, fmt.Errorf("agent %s: model %s: %w", name, a.Model, err)
+		}
+		loop, err := agent.New(agent.Config{Model: m, MaxSteps: a.MaxSteps, Logger: o.Logger})
+		if err != nil {
+			rt.closeMCP()
+			return nil, err
+		}
+		agents[name] = &sessions.Agent{Loop: loop, System: a.System, Tools: toolsets.forAgent(a, o.Logger)}
 	}
 	st, err := backend.Open(ctx, o.Store, backend.Options{})
 	if err != nil {
-		return nil, nil, fmt.Errorf("--store: %w", err)
+		rt.closeMCP()
+		return nil, fmt.Errorf("--store: %w", err)
 	}
+	rt.st = st
 	svc, err := sessions.New(sessions.Config{
 		Store:          st,
-		Agent:          ag,
+		Agents:         agents,
+		Instance:       o.Instance,
 		LeaseTTL:       o.LeaseTTL,
 		ResumeAttempts: o.ResumeAttempts,
 		Workspace:      o.Workspace,
@@ -91,10 +187,79 @@ func buildRuntime(ctx context.Context, o runtimeOptions) (*sessions.Service, sto
 		System:         o.System,
 	})
 	if err != nil {
-		st.Close()
-		return nil, nil, err
+		rt.Close()
+		return nil, err
 	}
-	return svc, st, nil
+	rt.svc = svc
+	return rt, nil
+}
+
+func (r *runtime) closeMCP() {
+	if r.mcp != nil {
+		r.mcp.Close()
+	}
+}
+
+// toolsets builds each agent's tool registry — the built-in tools and the
+// MCP servers' current tools it is allowed, with its confirmation set —
+// and rebuilds it only when the MCP tools changed.
+type toolsets struct {
+	builtins []tool.Tool
+	mcp      *mcp.Manager
+
+	mu  sync.Mutex
+	gen int // bumped when the MCP tools change
+}
+
+func (ts *toolsets) changed() {
+	ts.mu.Lock()
+	ts.gen++
+	ts.mu.Unlock()
+}
+
+func (ts *toolsets) forAgent(a *config.Agent, logger *slog.Logger) func() *tool.Registry {
+	var (
+		mu    sync.Mutex
+		gen   = -1
+		cache *tool.Registry
+	)
+	return func() *tool.Registry {
+		ts.mu.Lock()
+		cur := ts.gen
+		ts.mu.Unlock()
+		mu.Lock()
+		defer mu.Unlock()
+		if cache != nil && gen == cur {
+			return cache
+		}
+		all := slices.Clone(ts.builtins)
+		if ts.mcp != nil {
+			all = append(all, ts.mcp.Tools()...)
+		}
+		var allowed []tool.Tool
+		confirm := []string{}
+		for _, t := range all {
+			name := t.Spec().Name
+			if !a.Allows(name) {
+				continue
+			}
+			allowed = append(allowed, t)
+			if a.NeedsConfirmation(name) {
+				confirm = append(confirm, name)
+			}
+		}
+		reg, err := tool.NewRegistry(tool.RegistryOptions{Confirm: &confirm, Logger: logger}, allowed...)
+		if err != nil {
+			// Names are unique by construction (SERVER__ prefixes); keep the
+			// last good set rather than run without tools.
+			logger.Error("build the tools of an agent", "agent", a.Name, "err", err)
+			if cache != nil {
+				return cache
+			}
+		}
+		cache, gen = reg, cur
+		return reg
+	}
 }
 
 // confirmList parses a --confirm value: a comma-separated list of tool

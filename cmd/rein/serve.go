@@ -14,6 +14,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 
+	"github.com/reinhq/rein/config"
 	"github.com/reinhq/rein/server"
 )
 
@@ -36,6 +37,9 @@ func cmdServe(ctx context.Context, args []string, io stdio) int {
 	workspace := fs.String("workspace", "./rein-workspace", "directory for files tools write")
 	leaseTTL := fs.Duration("lease-ttl", 15*time.Second, "turn lease TTL: the runs of a lost instance are taken over (resumed, or failed once out of resume attempts) when their lease expires, within about this long")
 	resumeAttempts := fs.Int("resume-attempts", 2, "how often a run whose instance was lost is resumed before it ends failed (0: never resumed)")
+	configFile := fs.String("config", "", "configuration file (YAML): agents and MCP servers (see rein.example.yaml); without one, a single agent \"default\" from these flags")
+	maxSteps := fs.Int("max-steps", 25, "model requests per run, for agents that set no max_steps")
+	instanceID := fs.String("instance-id", "", "this instance's name among instances sharing the store, in logs and metrics only (default: a fresh id)")
 	if err := parseFlags(fs, args, io.lookupEnv); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			return 0
@@ -57,6 +61,10 @@ func cmdServe(ctx context.Context, args []string, io stdio) int {
 	}
 	if *resumeAttempts < 0 {
 		fmt.Fprintln(io.err, "rein serve: --resume-attempts must not be negative")
+		return exitUsage
+	}
+	if *maxSteps < 1 {
+		fmt.Fprintln(io.err, "rein serve: --max-steps must be at least 1")
 		return exitUsage
 	}
 	logger := slog.New(slog.NewTextHandler(io.err, nil))
@@ -83,16 +91,24 @@ func cmdServe(ctx context.Context, args []string, io stdio) int {
 		fmt.Fprintln(io.err, "rein serve:", err)
 		return exitFailed
 	}
-	svc, st, err := buildRuntime(ctx, runtimeOptions{
+	rt, err := buildRuntime(ctx, runtimeOptions{
 		Store: *storeSpec, Model: *modelName, Confirm: confirm.confirm(), Workspace: *workspace,
+		Config: *configFile, MaxSteps: *maxSteps, Instance: *instanceID,
 		LeaseTTL: *leaseTTL, ResumeAttempts: resumeOption(*resumeAttempts), Logger: logger, Observer: metrics, LookupEnv: io.lookupEnv,
 		OnRetry: metrics.ModelRetry,
 	})
 	if err != nil {
-		fmt.Fprintln(io.err, "rein serve:", err)
+		var cerr config.Errors
+		if errors.As(err, &cerr) {
+			// FILE:LINE: reason, one problem a line.
+			fmt.Fprintln(io.err, err)
+		} else {
+			fmt.Fprintln(io.err, "rein serve:", err)
+		}
 		return exitUsage
 	}
-	defer st.Close()
+	defer rt.Close()
+	svc := rt.svc
 	srv, err := server.New(server.Config{Service: svc, Tokens: tokens, Logger: logger, Metrics: metrics, DrainTimeout: *drain})
 	if err != nil {
 		fmt.Fprintln(io.err, "rein serve:", err)

@@ -211,3 +211,43 @@ func TestServeResumeFlags(t *testing.T) {
 		}
 	}
 }
+
+// TestServeConfig: a configuration file's errors stop rein serve before it
+// listens, as FILE:LINE: reason; a valid one gives each session its agent.
+func TestServeConfig(t *testing.T) {
+	dir := t.TempDir()
+	bad := filepath.Join(dir, "bad.yaml")
+	if err := os.WriteFile(bad, []byte("agents:\n  default:\n    model: demo\n    colour: blue\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	code, _, stderr := run(t, withoutSignals(cmdServe), "", nil, "--addr", "127.0.0.1:0", "--store", "memory:", "--config", bad)
+	if code != exitUsage || !strings.Contains(stderr, bad+":4: ") || strings.Contains(stderr, "listening") {
+		t.Fatalf("exit %d, stderr:\n%s", code, stderr)
+	}
+	code, _, stderr = run(t, withoutSignals(cmdServe), "", nil, "--addr", "127.0.0.1:0", "--store", "memory:", "--max-steps", "0")
+	if code != exitUsage || !strings.Contains(stderr, "--max-steps") {
+		t.Fatalf("exit %d, stderr:\n%s", code, stderr)
+	}
+
+	good := filepath.Join(dir, "rein.yaml")
+	cfg := "agents:\n  default:\n    system: \"plain\"\n  terse:\n    system: \"be terse\"\n    tools: [\"sleep\", \"read_file\"]\n"
+	if err := os.WriteFile(good, []byte(cfg), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	s := startServe(t, nil, "--addr", "127.0.0.1:0", "--store", "memory:", "--config", good, "--workspace", filepath.Join(dir, "ws"))
+	c := client.New(s.url)
+	ctx := ctxT(t)
+	if _, err := c.CreateSession(ctx, client.CreateSessionRequest{Agent: "nobody"}); rein.CodeOf(err) != rein.CodeInvalidArgument {
+		t.Fatalf("unknown agent: %v", err)
+	}
+	sess, err := c.CreateSession(ctx, client.CreateSessionRequest{Agent: "terse"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if sess.Agent != "terse" {
+		t.Fatalf("session %+v", sess)
+	}
+	if code := s.shutdown(t); code != 0 {
+		t.Fatalf("exit %d:\n%s", code, s.stderr)
+	}
+}
