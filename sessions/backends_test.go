@@ -46,25 +46,29 @@ func onBackends(t *testing.T, scenario func(t *testing.T, open opener)) {
 		if dsn == "" {
 			t.Skip("REIN_TEST_POSTGRES_DSN not set")
 		}
-		scenario(t, func(t *testing.T) store.Store {
-			schema := fmt.Sprintf("sessions_test_%d_%d", time.Now().UnixNano(), schemaSeq.Add(1))
-			st, err := postgres.Open(context.Background(), dsn, postgres.Options{Schema: schema})
-			if err != nil {
-				t.Fatal(err)
-			}
-			t.Cleanup(func() {
-				st.Close()
-				conn, err := pgx.Connect(context.Background(), dsn)
-				if err != nil {
-					t.Errorf("drop schema %s: %v", schema, err)
-					return
-				}
-				defer conn.Close(context.Background())
-				if _, err := conn.Exec(context.Background(), "DROP SCHEMA "+schema+" CASCADE"); err != nil {
-					t.Errorf("drop schema %s: %v", schema, err)
-				}
-			})
-			return st
-		})
+		scenario(t, func(t *testing.T) store.Store { return openPostgres(t, dsn) })
 	})
+}
+
+// openPostgres opens a PostgreSQL store in a fresh schema that tb's cleanup
+// drops.
+func openPostgres(tb testing.TB, dsn string) store.Store {
+	schema := fmt.Sprintf("sessions_test_%d_%d", time.Now().UnixNano(), schemaSeq.Add(1))
+	st, err := postgres.Open(context.Background(), dsn, postgres.Options{Schema: schema})
+	if err != nil {
+		tb.Fatal(err)
+	}
+	tb.Cleanup(func() {
+		st.Close()
+		conn, err := pgx.Connect(context.Background(), dsn)
+		if err != nil {
+			tb.Errorf("drop schema %s: %v", schema, err)
+			return
+		}
+		defer conn.Close(context.Background())
+		if _, err := conn.Exec(context.Background(), "DROP SCHEMA "+schema+" CASCADE"); err != nil {
+			tb.Errorf("drop schema %s: %v", schema, err)
+		}
+	})
+	return st
 }

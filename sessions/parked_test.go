@@ -2,7 +2,10 @@ package sessions_test
 
 import (
 	"context"
+	"os"
+	"path/filepath"
 	"runtime"
+	"slices"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -12,6 +15,7 @@ import (
 	"github.com/reinhq/rein/sessions"
 	"github.com/reinhq/rein/store"
 	"github.com/reinhq/rein/store/memory"
+	"github.com/reinhq/rein/store/sqlite"
 )
 
 // parkCounter is an Observer that counts parked runs.
@@ -137,4 +141,103 @@ func BenchmarkParkedRunMemory(b *testing.B) {
 		svc.Close()
 		st.Close()
 	}
+}
+
+// BenchmarkAnswerToNextRequest: from an answer to a parked run's
+// confirmation to the first streamed delta of the run's next model request
+// in the log — the take-up, the tool, its result and the request. Reported:
+// p50-ms per store.
+func BenchmarkAnswerToNextRequest(b *testing.B) {
+	for _, c := range benchStores(b) {
+		b.Run(c.name, func(b *testing.B) {
+			st := c.open(b)
+			pc := &parkCounter{Observer: nop{}, ch: make(chan struct{}, 1)}
+			svc := startServiceWith(b, st, func(cfg *sessions.Config) { cfg.Observer = pc })
+			defer svc.Close()
+			ctx := context.Background()
+			lat := make([]time.Duration, 0, b.N)
+			for range b.N {
+				b.StopTimer()
+				sess, err := svc.CreateSession(ctx, "alice", sessions.CreateSessionRequest{})
+				if err != nil {
+					b.Fatal(err)
+				}
+				key := sess.Key()
+				before := pc.parked.Load()
+				res, err := svc.SendMessage(ctx, key, sessions.MessageRequest{Text: "note milk"})
+				if err != nil {
+					b.Fatal(err)
+				}
+				for pc.parked.Load() == before {
+					<-pc.ch
+				}
+				info, err := svc.GetSession(ctx, key)
+				if err != nil || len(info.PendingConfirmations) != 1 {
+					b.Fatalf("%+v %v", info, err)
+				}
+				b.StartTimer()
+				t0 := time.Now()
+				if _, err := svc.ConfirmTool(ctx, key, sessions.ConfirmRequest{ToolUseID: info.PendingConfirmations[0].ToolUseID, Allow: true}); err != nil {
+					b.Fatal(err)
+				}
+				if !waitDelta(ctx, st, key, res.RunID, 2) {
+					b.Fatal("no step 2")
+				}
+				lat = append(lat, time.Since(t0))
+				b.StopTimer()
+				waitFor(ctx, st, key, rein.EventRunCompleted, res.RunID)
+				b.StartTimer()
+			}
+			b.StopTimer()
+			slices.Sort(lat)
+			b.ReportMetric(float64(lat[len(lat)/2].Microseconds())/1000, "p50-ms")
+		})
+	}
+}
+
+// waitDelta waits for a delta of the run's step in the log.
+func waitDelta(ctx context.Context, st store.Store, key rein.SessionKey, runID string, step int) bool {
+	after := int64(0)
+	for {
+		evs, _, err := st.ReadEvents(ctx, key, after, 1000)
+		if err != nil {
+			return false
+		}
+		for _, e := range evs {
+			if e.Type == rein.EventMessageDelta && e.RunID == runID {
+				var p rein.MessageDeltaPayload
+				if e.DecodePayload(&p) == nil && p.Step == step {
+					return true
+				}
+			}
+			after = e.Seq
+		}
+		if err := st.WaitEvents(ctx, key, after); err != nil {
+			return false
+		}
+	}
+}
+
+type benchStore struct {
+	name string
+	open func(b *testing.B) store.Store
+}
+
+// benchStores are SQLite and, when REIN_TEST_POSTGRES_DSN is set,
+// PostgreSQL (a fresh schema each).
+func benchStores(b *testing.B) []benchStore {
+	out := []benchStore{{"sqlite", func(b *testing.B) store.Store {
+		st, err := sqlite.Open(context.Background(), filepath.Join(b.TempDir(), "rein.db"), sqlite.Options{})
+		if err != nil {
+			b.Fatal(err)
+		}
+		b.Cleanup(func() { st.Close() })
+		return st
+	}}}
+	if os.Getenv("REIN_TEST_POSTGRES_DSN") != "" {
+		out = append(out, benchStore{"postgres", func(b *testing.B) store.Store {
+			return openPostgres(b, os.Getenv("REIN_TEST_POSTGRES_DSN"))
+		}})
+	}
+	return out
 }

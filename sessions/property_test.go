@@ -13,6 +13,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -66,25 +67,27 @@ func TestPropertyRunLifecycle(t *testing.T) {
 	t.Run("memory", func(t *testing.T) {
 		defaultRapidChecks(t, 60)
 		rapid.Check(t, func(rt *rapid.T) {
-			st := memory.New()
+			clk := &jumpClock{}
+			st := memory.New(memory.WithClock(clk.now))
 			rt.Cleanup(func() { st.Close() })
-			checkLifecycle(rt, st)
+			checkLifecycle(rt, st, clk)
 		})
 	})
 	t.Run("sqlite", func(t *testing.T) {
 		defaultRapidChecks(t, 15)
 		rapid.Check(t, func(rt *rapid.T) {
+			clk := &jumpClock{}
 			dir, err := os.MkdirTemp("", "rein-property-")
 			if err != nil {
 				rt.Fatal(err)
 			}
 			rt.Cleanup(func() { os.RemoveAll(dir) })
-			st, err := sqlite.Open(context.Background(), filepath.Join(dir, "rein.db"), sqlite.Options{})
+			st, err := sqlite.Open(context.Background(), filepath.Join(dir, "rein.db"), sqlite.Options{Clock: clk.now})
 			if err != nil {
 				rt.Fatal(err)
 			}
 			rt.Cleanup(func() { st.Close() })
-			checkLifecycle(rt, st)
+			checkLifecycle(rt, st, clk)
 		})
 	})
 }
@@ -92,9 +95,11 @@ func TestPropertyRunLifecycle(t *testing.T) {
 var propertyActions = flag.Int("property.actions", 16, "sessions property test: most actions in one generated sequence")
 
 const (
-	// propertyTTL is the turn lease of the services under test: short, so
-	// that a crashed instance's lease expires soon after the restart.
-	propertyTTL = 200 * time.Millisecond
+	// propertyTTL is the turn lease of the services under test: long
+	// enough that a loaded machine (-race, 2 cores) never misses a renewal
+	// (a lost lease would resume a run that nothing ended). A restart does
+	// not wait for it: the stores' clock jumps past it (jumpClock).
+	propertyTTL = 2 * time.Second
 	// settleTimeout bounds each wait for quiescence; it is only reached
 	// when the system never gets there (a failure).
 	settleTimeout = 20 * time.Second
@@ -131,6 +136,15 @@ func defaultRapidChecks(t *testing.T, n int) {
 	}
 	t.Cleanup(func() { _ = f.Value.Set(old) })
 }
+
+// jumpClock is the stores' clock: the wall clock plus an offset that a
+// restart moves forward, so that the lost instance's leases have expired
+// when the new instance starts, without the test waiting a whole TTL.
+type jumpClock struct{ offset atomic.Int64 }
+
+func (c *jumpClock) now() time.Time { return time.Now().Add(time.Duration(c.offset.Load())) }
+
+func (c *jumpClock) jump(d time.Duration) { c.offset.Add(int64(d)) }
 
 // ------------------------------------------------------------ the tool
 
@@ -255,6 +269,7 @@ type world struct {
 	t    *rapid.T
 	ctx  context.Context
 	base store.Store
+	clk  *jumpClock
 	hold *holdTool
 
 	faulty   *storetest.Faulty
@@ -268,8 +283,8 @@ type world struct {
 	nunk int
 }
 
-func checkLifecycle(t *rapid.T, base store.Store) {
-	w := &world{t: t, ctx: context.Background(), base: base, hold: &holdTool{gates: map[string]chan struct{}{}, calls: map[string]int{}}, runs: map[string]*mrun{}}
+func checkLifecycle(t *rapid.T, base store.Store, clk *jumpClock) {
+	w := &world{t: t, ctx: context.Background(), base: base, clk: clk, hold: &holdTool{gates: map[string]chan struct{}{}, calls: map[string]int{}}, runs: map[string]*mrun{}}
 	w.start()
 	t.Cleanup(func() { w.svc.Close() })
 	n := rapid.IntRange(2, 3).Draw(t, "sessions")
@@ -698,6 +713,9 @@ func (w *world) restart(snap snapshot) {
 	w.logf("restart (running: %v)", names(lost))
 	w.faulty.Kill()
 	w.svc.Close()
+	// The crashed instance's leases expire: time passes by the stores'
+	// clock, which is the one leases are judged by (SPEC §4).
+	w.clk.jump(propertyTTL + time.Millisecond)
 	w.start()
 	w.settle()
 	for _, r := range lost {
