@@ -210,6 +210,10 @@ type Control interface {
 	Commit() bool
 }
 
+// Tools returns the agent's own tools (nil when it has none): what a run
+// is offered unless its Turn says otherwise.
+func (a *Agent) Tools() *tool.Registry { return a.cfg.Tools }
+
 // Run executes one run of the loop. ctx is the run's work context (see
 // run.Func).
 func (a *Agent) Run(ctx context.Context, c Control, t *Turn) Outcome {

@@ -198,6 +198,15 @@ func (s *Service) execute(ctx context.Context, c *run.Control, lr *liveRun) run.
 	if ag.Tools != nil {
 		tools = ag.Tools()
 	}
+	if sess.Subagent != nil && len(sess.Subagent.ToolFilter) > 0 {
+		// A child is offered no more than its descriptor allows.
+		if tools == nil {
+			tools = ag.Loop.Tools()
+		}
+		if tools != nil {
+			tools = tools.Filter(sess.Subagent.ToolFilter)
+		}
+	}
 	turn := &agent.Turn{
 		Tools:      tools,
 		Session:    key,
@@ -244,8 +253,10 @@ func (s *Service) finish(lr *liveRun, res run.Result) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	if _, err := s.life.end(ctx, lr.key(), store.Fence{}, lr.rec.ID, false, endState{reason: res.Reason}); err != nil {
+	if wrote, err := s.life.end(ctx, lr.key(), store.Fence{}, lr.rec.ID, false, endState{reason: res.Reason}); err != nil {
 		s.log.Error("record end of queued run", "session", lr.key().String(), "run", lr.rec.ID, "err", err)
+	} else if wrote {
+		s.runEnded(lr.key(), lr.rec.ID, res.Reason.Status(), res.Reason, nil)
 	}
 	s.observeEnd(lr, res)
 }
@@ -275,10 +286,17 @@ func (s *Service) finishClaimed(lr *liveRun, res run.Result) {
 		// Only a completed run has a final reply.
 		es.evs = withoutReply(es.evs)
 	}
-	if _, err := s.life.end(ctx, key, fence, lr.rec.ID, true, es); err != nil {
+	if wrote, err := s.life.end(ctx, key, fence, lr.rec.ID, true, es); err != nil {
 		// The run stays RUNNING in the store; once its lease expires it is
 		// recovered (resumed from its last saved step).
 		s.log.Error("record run end", "session", key.String(), "run", lr.rec.ID, "err", err)
+	} else if wrote {
+		var reply *string
+		if res.Reason.HasReply() {
+			r := res.Reply
+			reply = &r
+		}
+		s.runEnded(key, lr.rec.ID, res.Status, res.Reason, reply)
 	}
 	s.observeEnd(lr, res)
 }
@@ -386,6 +404,9 @@ func (s *Service) runPump(key rein.SessionKey, p *pump) {
 			}
 			wait = s.pumpRetry()
 		}
+		for _, id := range c.ended {
+			s.runEndedInStore(key, id)
+		}
 		for _, id := range append(c.ended, c.gone...) {
 			if lr := s.liveRun(id); lr != nil {
 				lr.mu.Lock()
@@ -445,6 +466,24 @@ func (s *Service) isAdmitting(key rein.SessionKey) bool {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return s.admits[key] > 0
+}
+
+// runEndedInStore reports a run that a schedule write ended (lost beyond
+// its resumes, expired, stopped while no one ran it).
+func (s *Service) runEndedInStore(key rein.SessionKey, runID string) {
+	if s.cfg.OnRunEnd == nil {
+		return
+	}
+	rec, err := s.st.GetRun(s.ctx, key, runID)
+	if err != nil || !rec.Status.Terminal() {
+		return
+	}
+	var reply *string
+	if rec.Reason.HasReply() {
+		empty := ""
+		reply = &empty
+	}
+	s.runEnded(key, runID, rec.Status, rec.Reason, reply)
 }
 
 // waiting returns the runs of the session held here and not started.

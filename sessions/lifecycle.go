@@ -67,6 +67,8 @@ type admission struct {
 	// target is the run this message stops (when_busy interrupt or
 	// rollback), "" for none. It held the turn before this message.
 	target string
+	// messageID is the id of the user.message event.
+	messageID string
 }
 
 // admit is the admission of a user.message: the busy decision, the run
@@ -153,9 +155,11 @@ func (lc *lifecycle) admit(ctx context.Context, key rein.SessionKey, req Message
 			}
 			evs = append(evs, rein.NewEvent(rein.EventRunQueued, rec.ID, rein.RunQueuedPayload{RunID: rec.ID, Position: pos}))
 		}
-		if _, err := tx.AppendEvents(evs...); err != nil {
+		stored, err := tx.AppendEvents(evs...)
+		if err != nil {
 			return err
 		}
+		a.messageID = stored[0].ID
 		if front && running != nil {
 			// The stop is durable: whoever runs or resumes the run applies
 			// it, here or on another instance.

@@ -65,7 +65,7 @@ import (
 // A failure prints the seed (-rapid.seed=N) and the shrunk action sequence.
 func TestPropertyRunLifecycle(t *testing.T) {
 	t.Run("memory", func(t *testing.T) {
-		defaultRapidChecks(t, 60)
+		defaultRapidChecks(t, 200)
 		rapid.Check(t, func(rt *rapid.T) {
 			clk := &jumpClock{}
 			st := memory.New(memory.WithClock(clk.now))
@@ -74,7 +74,7 @@ func TestPropertyRunLifecycle(t *testing.T) {
 		})
 	})
 	t.Run("sqlite", func(t *testing.T) {
-		defaultRapidChecks(t, 15)
+		defaultRapidChecks(t, 50)
 		rapid.Check(t, func(rt *rapid.T) {
 			clk := &jumpClock{}
 			dir, err := os.MkdirTemp("", "rein-property-")
@@ -862,6 +862,9 @@ func (w *world) process(s *msess, e rein.Event) {
 		}
 		delete(s.unanswered, p.ToolUseID)
 		if p.InDoubt {
+			if !slices.Contains(r.causes, causeLost) {
+				w.fatalf("%s: in-doubt result, but no crash lost it (its lease was lost: a missed renewal?)", r.name)
+			}
 			r.inDoubt++
 		}
 	case rein.EventRunCompleted:

@@ -63,6 +63,11 @@ type Config struct {
 	Observer Observer
 	// System is the system prompt of sessions without an override.
 	System string
+	// OnRunEnd, when set, is called (on a goroutine of its own) after a
+	// run's end is recorded, by the instance that recorded it — the hook
+	// subagent settlement hangs on. A crash can skip it; its user must be
+	// able to catch up (see subagent.Manager.Reconcile).
+	OnRunEnd func(ctx context.Context, end RunEnd)
 	// Agents are the configured agents by name (SPEC §10); each session
 	// runs with one (CreateSessionRequest.Agent, default DefaultAgent).
 	// Nil means one agent, DefaultAgent, made of Agent and System.

@@ -27,6 +27,9 @@ type MessageRequest struct {
 type MessageResult struct {
 	RunID  string
 	Status rein.RunStatus
+	// MessageID is the id of the user.message event that carries the
+	// text ("" for a client_id repeat).
+	MessageID string
 	// Repeat is true when ClientID named an existing run: nothing started.
 	Repeat bool
 }
@@ -74,7 +77,7 @@ func (s *Service) SendMessage(ctx context.Context, key rein.SessionKey, req Mess
 		// instance.
 		s.log.Error("hold admitted run", "session", key.String(), "run", a.rec.ID, "err", err)
 		s.kick(key)
-		return MessageResult{RunID: a.rec.ID, Status: a.rec.Status}, nil
+		return MessageResult{RunID: a.rec.ID, Status: a.rec.Status, MessageID: a.messageID}, nil
 	}
 	if a.lease != nil {
 		s.startClaimed(claim{rec: a.rec, lease: a.lease})
@@ -84,7 +87,7 @@ func (s *Service) SendMessage(ctx context.Context, key rein.SessionKey, req Mess
 	if a.target != "" {
 		s.stopForMessage(key, a.target, req.WhenBusy)
 	}
-	return MessageResult{RunID: a.rec.ID, Status: a.rec.Status}, nil
+	return MessageResult{RunID: a.rec.ID, Status: a.rec.Status, MessageID: a.messageID}, nil
 }
 
 // stopForMessage stops the run a when_busy interrupt or rollback chose. The
@@ -226,6 +229,9 @@ func (s *Service) Interrupt(ctx context.Context, key rein.SessionKey, req Interr
 	}
 	if o.accepted {
 		s.kick(key)
+	}
+	if o.ended {
+		s.runEndedInStore(key, target)
 	}
 	return InterruptResult{Accepted: o.accepted, RunID: target}, nil
 }

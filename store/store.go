@@ -83,6 +83,9 @@ type SubagentDescriptor struct {
 	System     string   `json:"system"`
 	ToolFilter []string `json:"tool_filter"`
 	Depth      int      `json:"depth"`
+	// Continuable marks a child that can be followed up (startContinuable);
+	// a one-shot child (start) belongs to the call that started it.
+	Continuable bool `json:"continuable,omitempty"`
 }
 
 // Sessions stores session records.

@@ -17,6 +17,7 @@ import (
 	"github.com/reinhq/rein/sessions"
 	"github.com/reinhq/rein/store"
 	"github.com/reinhq/rein/store/backend"
+	"github.com/reinhq/rein/subagent"
 	"github.com/reinhq/rein/tool"
 	"github.com/reinhq/rein/tool/builtin"
 	"github.com/reinhq/rein/tool/mcp"
@@ -41,6 +42,8 @@ type runtimeOptions struct {
 	// Instance names this instance among those sharing the store ("" → a
 	// fresh id).
 	Instance string
+	// MaxDepth caps subagent delegation (0 → 3).
+	MaxDepth int
 	// Workspace is the root of session workspaces ("" → none).
 	Workspace string
 	// LeaseTTL is the turn lease TTL (0 → default).
@@ -112,7 +115,8 @@ func buildRuntime(ctx context.Context, o runtimeOptions) (*runtime, error) {
 	if _, err := openModel(o.Model); err != nil {
 		return nil, fmt.Errorf("--model %s: %w", o.Model, err)
 	}
-	builtins := builtinTools()
+	sub := subagent.New(subagent.Options{MaxDepth: o.MaxDepth, Logger: o.Logger})
+	builtins := append(builtinTools(), subagent.Tools(sub)...)
 	known := make([]string, len(builtins))
 	defaultConfirm := []string{}
 	for i, t := range builtins {
@@ -185,11 +189,13 @@ func buildRuntime(ctx context.Context, o runtimeOptions) (*runtime, error) {
 		Logger:         o.Logger,
 		Observer:       o.Observer,
 		System:         o.System,
+		OnRunEnd:       sub.OnRunEnd,
 	})
 	if err != nil {
 		rt.Close()
 		return nil, err
 	}
+	sub.Bind(svc)
 	rt.svc = svc
 	return rt, nil
 }

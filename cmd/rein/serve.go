@@ -39,6 +39,7 @@ func cmdServe(ctx context.Context, args []string, io stdio) int {
 	resumeAttempts := fs.Int("resume-attempts", 2, "how often a run whose instance was lost is resumed before it ends failed (0: never resumed)")
 	configFile := fs.String("config", "", "configuration file (YAML): agents and MCP servers (see rein.example.yaml); without one, a single agent \"default\" from these flags")
 	maxSteps := fs.Int("max-steps", 25, "model requests per run, for agents that set no max_steps")
+	maxDepth := fs.Int("max-depth", 3, "how deep agents may delegate to subagents (a root session is depth 0)")
 	instanceID := fs.String("instance-id", "", "this instance's name among instances sharing the store, in logs and metrics only (default: a fresh id)")
 	if err := parseFlags(fs, args, io.lookupEnv); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
@@ -61,6 +62,10 @@ func cmdServe(ctx context.Context, args []string, io stdio) int {
 	}
 	if *resumeAttempts < 0 {
 		fmt.Fprintln(io.err, "rein serve: --resume-attempts must not be negative")
+		return exitUsage
+	}
+	if *maxDepth < 1 {
+		fmt.Fprintln(io.err, "rein serve: --max-depth must be at least 1")
 		return exitUsage
 	}
 	if *maxSteps < 1 {
@@ -93,7 +98,7 @@ func cmdServe(ctx context.Context, args []string, io stdio) int {
 	}
 	rt, err := buildRuntime(ctx, runtimeOptions{
 		Store: *storeSpec, Model: *modelName, Confirm: confirm.confirm(), Workspace: *workspace,
-		Config: *configFile, MaxSteps: *maxSteps, Instance: *instanceID,
+		Config: *configFile, MaxSteps: *maxSteps, Instance: *instanceID, MaxDepth: *maxDepth,
 		LeaseTTL: *leaseTTL, ResumeAttempts: resumeOption(*resumeAttempts), Logger: logger, Observer: metrics, LookupEnv: io.lookupEnv,
 		OnRetry: metrics.ModelRetry,
 	})

@@ -20,6 +20,7 @@ import (
 	"github.com/reinhq/rein/sessions"
 	"github.com/reinhq/rein/store"
 	"github.com/reinhq/rein/store/memory"
+	"github.com/reinhq/rein/subagent"
 	"github.com/reinhq/rein/tool"
 	"github.com/reinhq/rein/tool/builtin"
 	"github.com/reinhq/rein/tool/workspace"
@@ -31,6 +32,23 @@ import (
 // lease TTL, observer, ...).
 func Service(script string, st store.Store, configure func(*sessions.Config)) (*sessions.Service, error) {
 	return ServiceWithTools(script, st, configure)
+}
+
+// ServiceWithSubagents is Service with the subagent tools and settlement
+// wired in, as rein serve has them.
+func ServiceWithSubagents(script string, st store.Store, configure func(*sessions.Config), opts subagent.Options, extra ...tool.Tool) (*sessions.Service, *subagent.Manager, error) {
+	m := subagent.New(opts)
+	svc, err := ServiceWithTools(script, st, func(c *sessions.Config) {
+		c.OnRunEnd = m.OnRunEnd
+		if configure != nil {
+			configure(c)
+		}
+	}, append(subagent.Tools(m), extra...)...)
+	if err != nil {
+		return nil, nil, err
+	}
+	m.Bind(svc)
+	return svc, m, nil
 }
 
 // ServiceWithTools is Service with extra tools beside the built-in ones.

@@ -1,0 +1,133 @@
+package sessions
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"time"
+
+	"github.com/reinhq/rein"
+	"github.com/reinhq/rein/internal/id"
+	"github.com/reinhq/rein/store"
+)
+
+// RunEnd is what the service tells Config.OnRunEnd about a run that ended
+// (its end is durable when the hook runs).
+type RunEnd struct {
+	Session rein.SessionKey
+	RunID   string
+	Status  rein.RunStatus
+	Reason  rein.Reason
+	// Reply is the run's final reply (an interrupted one included); nil
+	// when it has none.
+	Reply *string
+}
+
+// ChildRequest creates a subagent child session (SPEC §7: a child is a
+// session of the same owner with a parent and a persisted descriptor).
+type ChildRequest struct {
+	// ID is the caller-chosen child id ("" → a fresh session id). A taken
+	// id is rein.ErrConflict.
+	ID string
+	// Descriptor is what the child needs to be resumed from storage.
+	Descriptor store.SubagentDescriptor
+}
+
+// CreateChild creates a child session of parent: it runs with the agent
+// the descriptor names (default: the parent's), and with the descriptor's
+// system prompt when it has one.
+func (s *Service) CreateChild(ctx context.Context, parent rein.SessionKey, req ChildRequest) (*store.Session, error) {
+	if err := s.unavailableIfDraining(); err != nil {
+		return nil, err
+	}
+	p, err := s.st.GetSession(ctx, parent)
+	if err != nil {
+		return nil, err
+	}
+	d := req.Descriptor
+	if d.Agent == "" {
+		d.Agent = p.Agent
+	}
+	if d.Agent == "" {
+		d.Agent = DefaultAgent
+	}
+	if s.cfg.Agents[d.Agent] == nil {
+		return nil, rein.InvalidArgument("agent", "unknown agent %q", d.Agent)
+	}
+	childID := req.ID
+	if childID == "" {
+		childID = id.New(id.Session)
+	}
+	sess := &store.Session{Owner: parent.Owner, ID: childID, ParentID: parent.ID, Metadata: json.RawMessage("{}"),
+		Agent: d.Agent, Subagent: &d, CreatedAt: s.now()}
+	if d.System != "" {
+		sys := d.System
+		sess.System = &sys
+	}
+	if err := s.st.CreateSession(ctx, sess); err != nil {
+		return nil, err
+	}
+	return s.st.GetSession(ctx, sess.Key())
+}
+
+// ListChildren returns the direct children of key, oldest first.
+func (s *Service) ListChildren(ctx context.Context, key rein.SessionKey) ([]*store.Session, error) {
+	if _, err := s.st.GetSession(ctx, key); err != nil {
+		return nil, err
+	}
+	return s.st.ListChildren(ctx, key)
+}
+
+// LogEvent appends one event of the service's own (a subagent.* event in a
+// parent's log) to the session's log.
+func (s *Service) LogEvent(ctx context.Context, key rein.SessionKey, ev rein.Event) error {
+	return s.life.update(ctx, key, store.Fence{}, func(tx store.Tx) error {
+		_, err := tx.AppendEvents(ev)
+		return err
+	})
+}
+
+// Notice delivers a subagent notice to a session like a supplement (SPEC
+// §7): it reaches the session's next step, its consumption is logged as
+// agent.supplement_consumed with the notice's id, and it is logged only as
+// ev (subagent.completed), in the same write. A notice id already
+// delivered writes nothing (it reports false).
+func (s *Service) Notice(ctx context.Context, key rein.SessionKey, noticeID, text string, ev rein.Event) (bool, error) {
+	created := false
+	err := s.life.update(ctx, key, store.Fence{}, func(tx store.Tx) error {
+		_, c, err := tx.PushSupplement(&store.Supplement{Owner: key.Owner, SessionID: key.ID, ID: noticeID, Text: text,
+			Source: "subagent", Status: store.SupplementQueued, CreatedAt: tx.Now()})
+		if err != nil {
+			return err
+		}
+		if !c {
+			return errNothing
+		}
+		created = true
+		_, err = tx.AppendEvents(ev)
+		return err
+	})
+	if errors.Is(err, errNothing) {
+		err = nil
+	}
+	return created, err
+}
+
+// runEnded tells Config.OnRunEnd about a run whose end is recorded.
+func (s *Service) runEnded(key rein.SessionKey, runID string, status rein.RunStatus, reason rein.Reason, reply *string) {
+	if s.cfg.OnRunEnd == nil {
+		return
+	}
+	s.wg.Add(1)
+	go func() {
+		defer s.wg.Done()
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		s.cfg.OnRunEnd(ctx, RunEnd{Session: key, RunID: runID, Status: status, Reason: reason, Reply: reply})
+	}()
+}
+
+// Flush is the store's flush barrier for a session (SPEC §7).
+func (s *Service) Flush(ctx context.Context, key rein.SessionKey) (bool, error) {
+	return s.st.Flush(ctx, key)
+}
