@@ -32,6 +32,8 @@ A message sent while a run is working waits in the queue.
   /stop                    stop the current run (same as Ctrl-C)
   /system TEXT             set the system prompt for later runs
   /status                  show the session's state and queue
+  /subagents               list this session's subagents (open one with
+                           rein chat --session ID)
   /help                    show this help
   /quit                    leave (runs keep going on the server)
 Ctrl-C stops the current run (a second Ctrl-C cancels it); with nothing
@@ -239,6 +241,8 @@ func (ch *chat) command(line string) bool {
 		}
 	case "/approve", "/deny":
 		ch.confirm(name == "/approve", rest)
+	case "/subagents":
+		ch.listSubagents()
 	default:
 		ch.status("[unknown command " + name + "; /help lists them]")
 	}
@@ -325,6 +329,27 @@ func (ch *chat) confirm(allow bool, rest string) {
 			return
 		}
 		ch.fail(err)
+	}
+}
+
+// listSubagents shows the session's direct children and how to open one.
+func (ch *chat) listSubagents() {
+	kids, err := ch.c.ListSubagents(ch.ctx, ch.sid)
+	if err != nil {
+		ch.fail(err)
+		return
+	}
+	if len(kids) == 0 {
+		ch.status("[no subagents]")
+		return
+	}
+	ch.status("[subagents — open one with: rein chat --session ID]")
+	for _, k := range kids {
+		line := fmt.Sprintf("  %s  %s  %s", k.ID, k.State, k.Label)
+		if k.CurrentRunID != "" {
+			line += "  (running " + k.CurrentRunID + ")"
+		}
+		ch.status(line)
 	}
 }
 
@@ -501,7 +526,7 @@ func (ch *chat) event(e rein.Event) {
 	case rein.EventSubagentStarted:
 		var p rein.SubagentStartedPayload
 		if show && e.DecodePayload(&p) == nil {
-			ch.status("[subagent " + p.ChildID + " started]")
+			ch.status("[subagent " + p.ChildID + " started task " + p.TaskID + "; open it with: rein chat --session " + p.ChildID + "]")
 		}
 	case rein.EventSubagentCompleted:
 		var p rein.SubagentCompletedPayload

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"regexp"
 	"strings"
 	"testing"
 
@@ -277,5 +278,29 @@ func TestChatErrors(t *testing.T) {
 	code, _, errs = run(t, runChat, "", nil, "--server", s.url, "extra")
 	if code != exitUsage {
 		t.Fatalf("extra argument: exit %d, stderr %q", code, errs)
+	}
+}
+
+// TestChatShowsSubagents: a subagent's start is shown with how to open it,
+// and /subagents lists the session's children.
+func TestChatShowsSubagents(t *testing.T) {
+	s := newTestServer(t, nil)
+	cmd := start(t, runChat, map[string]string{"REIN_SERVER": s.url})
+	cmd.err.waitFor(t, "/help for commands")
+	cmd.line("delegate this")
+	started := cmd.out.waitFor(t, "open it with: rein chat --session ")
+	m := regexp.MustCompile(`subagent (ses_\S+) started`).FindStringSubmatch(started)
+	if m == nil {
+		t.Fatalf("no child id in:\n%s", started)
+	}
+	cmd.out.waitFor(t, "[subagent "+m[1]+" completed: stop]")
+	cmd.line("/subagents")
+	list := cmd.out.waitFor(t, "  "+m[1]+"  ")
+	if !strings.Contains(list, "helper") {
+		t.Fatalf("list:\n%s", list)
+	}
+	cmd.in.Close()
+	if code := cmd.exit(); code != 0 {
+		t.Fatalf("exit %d", code)
 	}
 }

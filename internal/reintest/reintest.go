@@ -124,12 +124,12 @@ func NewServer(t testing.TB, o ServerOptions) *Server {
 		t.Fatal(err)
 	}
 	workspace := t.TempDir()
-	svc, err := Service(o.Script, o.Store, func(c *sessions.Config) {
+	svc, _, err := ServiceWithSubagents(o.Script, o.Store, func(c *sessions.Config) {
 		c.Workspace, c.Observer, c.Logger = workspace, metrics, o.Logger
 		if o.Configure != nil {
 			o.Configure(c)
 		}
-	})
+	}, subagent.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
