@@ -176,6 +176,11 @@ func (m *Manager) Start(ctx context.Context, parent rein.SessionKey, req StartRe
 	m.logStarted(ctx, svc, parent, child.ID, res.RunID)
 	out := Result{ChildID: child.ID, TaskID: res.RunID}
 	end, err := waitEnd(ctx, svc, child.Key(), res.RunID)
+	if err != nil && svc.Draining() {
+		// A shutdown interrupts every running run, the child's included:
+		// it ends by that interrupt, not by a cancel from here.
+		return out, err
+	}
 	if err != nil {
 		// The caller went away: the child goes too.
 		sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
