@@ -21,6 +21,12 @@
 // server only through its public HTTP API (the client package), as any
 // user would.
 //
+// mcp_test.go starts `rein serve --config` with agents and a real stdio MCP
+// server (the test server of tool/mcp, built by import path) and checks SPEC
+// §10: calls of SERVER__TOOL and their results, the idempotency key of §4,
+// isError, an agent's tools allow-list, a crashed server started again at
+// the next call, and a configuration error reported as FILE:LINE: reason.
+//
 // The package has no code of its own besides this comment: everything is in
 // its tests and their testdata.
 package chaos

@@ -180,6 +180,9 @@ type serveOptions struct {
 	tokens string
 	// token is the bearer token proc.client sends (with tokens set).
 	token string
+	// config is the --config file (agents and MCP servers, SPEC §10); ""
+	// is the single agent default built from the flags.
+	config string
 }
 
 // newClient is a client of p's server that sends token ("" for none).
@@ -218,6 +221,9 @@ func startServeWith(ctx context.Context, t *testing.T, name, store string, o ser
 	}
 	if o.tokens != "" {
 		args = append(args, "--tokens", o.tokens)
+	}
+	if o.config != "" {
+		args = append(args, "--config", o.config)
 	}
 	cmd := exec.Command(reinBinary(t), args...)
 	cmd.Dir = work

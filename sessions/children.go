@@ -131,3 +131,19 @@ func (s *Service) runEnded(key rein.SessionKey, runID string, status rein.RunSta
 func (s *Service) Flush(ctx context.Context, key rein.SessionKey) (bool, error) {
 	return s.st.Flush(ctx, key)
 }
+
+// RecentlyEnded returns the runs (all owners) that ended at or after since,
+// for catching up on work a crash interrupted (subagent settlement).
+func (s *Service) RecentlyEnded(ctx context.Context, since time.Time) ([]*store.RunRecord, error) {
+	runs, err := s.st.ListRunsByStatus(ctx, rein.StatusCompleted, rein.StatusFailed, rein.StatusCancelled)
+	if err != nil {
+		return nil, err
+	}
+	out := runs[:0]
+	for _, r := range runs {
+		if !r.EndedAt.Before(since) {
+			out = append(out, r)
+		}
+	}
+	return out, nil
+}

@@ -30,6 +30,8 @@ type liveRun struct {
 	// settled: the store already recorded the run's end (a queued run
 	// ended by claimNext or by a stop's own write).
 	settled bool
+	// stopApplied: a stop recorded on the run's record was applied here.
+	stopApplied bool
 	attempt int
 	// closing is what the loop's Journal.Finish handed over, written with
 	// the run's end.
@@ -291,6 +293,7 @@ func (s *Service) finishClaimed(lr *liveRun, res run.Result) {
 		// recovered (resumed from its last saved step).
 		s.log.Error("record run end", "session", key.String(), "run", lr.rec.ID, "err", err)
 	} else if wrote {
+		s.releasedTurn(key)
 		var reply *string
 		if res.Reason.HasReply() {
 			r := res.Reply
@@ -318,6 +321,8 @@ func (s *Service) park(lr *liveRun) {
 	if err := s.st.Update(ctx, lr.key(), fence, func(tx store.Tx) error { return tx.ReleaseLease(fence.Token) }); err != nil {
 		// The lease expires by itself; the run stays parked either way.
 		s.log.Warn("release the lease of a parked run", "session", lr.key().String(), "run", lr.rec.ID, "err", err)
+	} else {
+		s.releasedTurn(lr.key())
 	}
 	s.cfg.Observer.RunParked()
 }
@@ -542,6 +547,7 @@ func (s *Service) renewLoop() {
 			return
 		case <-t.C:
 		}
+		s.heartbeat()
 		s.mu.Lock()
 		runs := make([]*liveRun, 0, len(s.live))
 		for _, lr := range s.live {
@@ -563,6 +569,9 @@ func (s *Service) renewLoop() {
 					lr.lease = nl
 				}
 				lr.mu.Unlock()
+				// A stop recorded on the run while its instance message was
+				// lost is applied here, at the latest one renewal later.
+				s.applyRecordedStop(lr.rec.ID)
 			case errors.Is(err, rein.ErrLeaseLost):
 				lr.mu.Lock()
 				current := lr.lease == l

@@ -18,6 +18,8 @@ func (s *Service) Start(ctx context.Context) error {
 	if err := s.scan(ctx); err != nil {
 		return err
 	}
+	s.listen()
+	s.heartbeat()
 	s.wg.Add(2)
 	go s.renewLoop()
 	go s.reapLoop()
@@ -82,6 +84,7 @@ func (s *Service) Drain(ctx context.Context, timeout time.Duration) error {
 		}
 		s.waitIdle(ctx, nil)
 	}
+	s.leave()
 	s.stop()
 	s.wg.Wait()
 	keys := make([]rein.SessionKey, 0, len(touched))
@@ -146,6 +149,7 @@ func (s *Service) Close() error {
 		lr.h.Cancel()
 	}
 	s.waitIdle(context.Background(), nil)
+	s.leave()
 	s.stop()
 	s.wg.Wait()
 	return nil

@@ -65,8 +65,8 @@ type Config struct {
 	System string
 	// OnRunEnd, when set, is called (on a goroutine of its own) after a
 	// run's end is recorded, by the instance that recorded it — the hook
-	// subagent settlement hangs on. A crash can skip it; its user must be
-	// able to catch up (see subagent.Manager.Reconcile).
+	// subagent settlement hangs on. A crash can skip it; its user catches
+	// up after a restart (subagent.Manager.Reconcile).
 	OnRunEnd func(ctx context.Context, end RunEnd)
 	// Agents are the configured agents by name (SPEC §10); each session
 	// runs with one (CreateSessionRequest.Agent, default DefaultAgent).
@@ -134,6 +134,12 @@ type Service struct {
 	pumps map[rein.SessionKey]*pump
 	// admits counts admissions in flight per session (see claimNext).
 	admits map[rein.SessionKey]int
+
+	// msgr carries messages between instances sharing the store (nil: the
+	// store has no such capability).
+	msgr       store.Messenger
+	stopListen func()
+	replies    replies
 }
 
 // New returns a Service.
@@ -198,6 +204,9 @@ func New(cfg Config) (*Service, error) {
 	excl := false
 	if e, ok := cfg.Store.(store.Exclusive); ok {
 		excl = e.Exclusive()
+	}
+	if m, ok := cfg.Store.(store.Messenger); ok && !excl {
+		s.msgr = m
 	}
 	s.life = &lifecycle{st: cfg.Store, instance: cfg.Instance, ttl: cfg.LeaseTTL, resumeAttempts: cfg.ResumeAttempts,
 		exclusive: excl, observe: cfg.Observer.EventsAppended}

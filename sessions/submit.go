@@ -96,9 +96,15 @@ func (s *Service) SendMessage(ctx context.Context, key rein.SessionKey, req Mess
 func (s *Service) stopForMessage(key rein.SessionKey, target string, mode rein.WhenBusy) {
 	lr := s.liveRun(target)
 	if lr == nil {
+		// Run elsewhere (or by no one): the instance that runs it applies
+		// the stop recorded on it; the schedule here ends it if no one does.
 		s.kick(key)
+		s.broadcast(message{Kind: msgApply, Owner: key.Owner, Session: key.ID, Run: target})
 		return
 	}
+	lr.mu.Lock()
+	lr.stopApplied = true
+	lr.mu.Unlock()
 	if mode == rein.WhenBusyRollback {
 		lr.noteStop(string(rein.StopCancel))
 		lr.h.Cancel()
@@ -195,45 +201,62 @@ func (s *Service) Interrupt(ctx context.Context, key rein.SessionKey, req Interr
 		}
 		return InterruptResult{}, nil
 	}
-	if lr := s.liveRun(target); lr != nil && lr.key() == key {
-		// Held here: the handle decides, and the request is logged under
-		// its lock, before the run can record its end. The log write must
-		// not be cut short by the requester going away.
-		var logErr error
-		announce := func() {
-			lr.noteStop(string(req.Mode))
-			actx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
-			defer cancel()
-			logErr = s.life.logStop(actx, key, target, req.Mode, req.Message)
+	if accepted, handled, err := s.stopLocal(ctx, key, target, req.Mode, req.Message); handled {
+		if err != nil {
+			return InterruptResult{}, err
 		}
-		msg := ""
-		if req.Message != nil {
-			msg = *req.Message
-		}
-		var accepted bool
-		if req.Mode == rein.StopInterrupt {
-			accepted = lr.h.InterruptAnnounced(msg, announce)
-		} else {
-			accepted = lr.h.CancelAnnounced(announce)
-		}
-		if accepted {
-			if logErr != nil {
-				return InterruptResult{}, logErr
-			}
-			return InterruptResult{Accepted: true, RunID: target}, nil
-		}
+		return InterruptResult{Accepted: accepted, RunID: target}, nil
+	}
+	if accepted, ok := s.askHolder(ctx, key, target, req.Mode, req.Message); ok {
+		// The instance that runs it decided, and logged the request.
+		return InterruptResult{Accepted: accepted, RunID: target}, nil
 	}
 	o, err := s.life.stopRemote(ctx, key, target, req.Mode, req.Message)
 	if err != nil {
 		return InterruptResult{}, err
 	}
 	if o.accepted {
+		// Recorded on the run: whoever runs it, or takes it up, applies it;
+		// the instances that share the store are told at once.
 		s.kick(key)
+		s.broadcast(message{Kind: msgApply, Owner: key.Owner, Session: key.ID, Run: target})
 	}
 	if o.ended {
 		s.runEndedInStore(key, target)
 	}
 	return InterruptResult{Accepted: o.accepted, RunID: target}, nil
+}
+
+// stopLocal stops a run this instance executes or holds queued: the handle
+// decides, and the request is logged under its lock, before the run can
+// record its end. handled is false when the run is not held here, or when
+// the handle no longer takes stops (it is ending): the store decides then.
+func (s *Service) stopLocal(ctx context.Context, key rein.SessionKey, target string, mode rein.StopMode, message *string) (accepted, handled bool, err error) {
+	lr := s.liveRun(target)
+	if lr == nil || lr.key() != key {
+		return false, false, nil
+	}
+	// The log write must not be cut short by the requester going away.
+	var logErr error
+	announce := func() {
+		lr.noteStop(string(mode))
+		actx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
+		defer cancel()
+		logErr = s.life.logStop(actx, key, target, mode, message)
+	}
+	msg := ""
+	if message != nil {
+		msg = *message
+	}
+	if mode == rein.StopInterrupt {
+		accepted = lr.h.InterruptAnnounced(msg, announce)
+	} else {
+		accepted = lr.h.CancelAnnounced(announce)
+	}
+	if !accepted {
+		return false, false, nil
+	}
+	return true, true, logErr
 }
 
 // SupplementRequest is a user.supplement.

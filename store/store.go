@@ -437,6 +437,32 @@ type Exclusive interface {
 	Exclusive() bool
 }
 
+// Messenger is an optional capability of a store several processes share
+// (PostgreSQL: LISTEN/NOTIFY): it pushes small messages between the
+// instances that share it, so that a stop, a wake-up or a released turn
+// reaches the instance concerned in milliseconds, never by polling.
+// Delivery is best effort (a listener that reconnects misses what was sent
+// meanwhile): every use keeps a fallback that does not depend on it.
+type Messenger interface {
+	// Send delivers msg (at most a few KiB) to the instance named to, or
+	// to every instance when to is "".
+	Send(ctx context.Context, to string, msg []byte) error
+	// Listen calls handler, on a goroutine of the store's, for each
+	// message sent to instance or to every instance, until stop is called.
+	// handler must be quick.
+	Listen(instance string, handler func(msg []byte)) (stop func())
+}
+
+// Heartbeats is an optional capability: the store keeps a row per live
+// instance so an operator can see who is up (PostgreSQL: the
+// rein_instances view).
+type Heartbeats interface {
+	// Heartbeat records that instance is alive now, and for about ttl.
+	Heartbeat(ctx context.Context, instance string, ttl time.Duration) error
+	// Leave removes the instance's row (a clean shutdown).
+	Leave(ctx context.Context, instance string) error
+}
+
 // ----------------------------------------------------------------- updates
 
 // Updater applies one lifecycle transition of a session atomically

@@ -304,6 +304,10 @@ func (m *Manager) Followup(ctx context.Context, parent rein.SessionKey, childID,
 	if strings.TrimSpace(content) == "" {
 		return FollowupResult{}, rein.InvalidArgument("message", "message must be a non-empty string")
 	}
+	if opts.Signal != nil && opts.Signal.Err() != nil {
+		// Cancelled before it could be accepted: nothing is delivered.
+		return FollowupResult{}, context.Cause(opts.Signal)
+	}
 	if opts.Signal != nil {
 		var cancel context.CancelFunc
 		ctx, cancel = context.WithCancel(ctx)
@@ -492,6 +496,39 @@ func (m *Manager) OnRunEnd(ctx context.Context, end sessions.RunEnd) {
 	if _, err := svc.Notice(ctx, parent, noticeID(end.RunID), text, ev); err != nil {
 		m.log.Error("deliver subagent notice", "parent", parent.String(), "child", end.Session.ID, "err", err)
 	}
+}
+
+// Reconcile settles the activations that ended within the last day but
+// whose settlement a crash may have skipped (their end was recorded, their
+// parent's notice not yet): settlement is keyed by the activation, so an
+// activation already settled gets nothing twice. Call it after the
+// service's Start.
+func (m *Manager) Reconcile(ctx context.Context) error {
+	m.mu.RLock()
+	svc := m.svc
+	m.mu.RUnlock()
+	if svc == nil {
+		return errors.New("subagent: the manager is not bound to a service")
+	}
+	runs, err := svc.RecentlyEnded(ctx, time.Now().Add(-24*time.Hour))
+	if err != nil {
+		return err
+	}
+	for _, r := range runs {
+		info, err := svc.GetSession(ctx, r.Key())
+		if err != nil || info.ParentID == "" || info.Subagent == nil || !info.Subagent.Continuable {
+			continue
+		}
+		var reply *string
+		if r.Reason.HasReply() {
+			end, err := waitEnd(ctx, svc, r.Key(), r.ID)
+			if err == nil {
+				reply = &end.reply
+			}
+		}
+		m.OnRunEnd(ctx, sessions.RunEnd{Session: r.Key(), RunID: r.ID, Status: r.Status, Reason: r.Reason, Reply: reply})
+	}
+	return nil
 }
 
 // noticeID derives the notice's id from the activation, so a settlement

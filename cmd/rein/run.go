@@ -91,7 +91,7 @@ func cmdRun(ctx context.Context, args []string, io stdio) int {
 	}
 	defer rt.Close()
 	svc := rt.svc
-	if err := svc.Start(ctx); err != nil {
+	if err := rt.Start(ctx); err != nil {
 		fmt.Fprintln(io.err, "rein run:", err)
 		return exitFailed
 	}

@@ -69,6 +69,19 @@ type runtime struct {
 	svc *sessions.Service
 	st  store.Store
 	mcp *mcp.Manager
+	sub *subagent.Manager
+}
+
+// Start starts the service and catches up on subagent settlements a crash
+// may have skipped.
+func (r *runtime) Start(ctx context.Context) error {
+	if err := r.svc.Start(ctx); err != nil {
+		return err
+	}
+	if err := r.sub.Reconcile(ctx); err != nil {
+		return fmt.Errorf("settle subagents: %w", err)
+	}
+	return nil
 }
 
 // Close closes the MCP connections and the store.
@@ -196,7 +209,7 @@ func buildRuntime(ctx context.Context, o runtimeOptions) (*runtime, error) {
 		return nil, err
 	}
 	sub.Bind(svc)
-	rt.svc = svc
+	rt.svc, rt.sub = svc, sub
 	return rt, nil
 }
 

@@ -114,6 +114,11 @@ func cmdServe(ctx context.Context, args []string, io stdio) int {
 	}
 	defer rt.Close()
 	svc := rt.svc
+	// Settlements a crash skipped are written before anything else runs
+	// (writes only: the service starts with the server).
+	if err := rt.sub.Reconcile(ctx); err != nil {
+		logger.Warn("settle subagents after a restart", "err", err)
+	}
 	srv, err := server.New(server.Config{Service: svc, Tokens: tokens, Logger: logger, Metrics: metrics, DrainTimeout: *drain})
 	if err != nil {
 		fmt.Fprintln(io.err, "rein serve:", err)

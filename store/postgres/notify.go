@@ -131,6 +131,10 @@ func (s *Store) connectListener(ctx context.Context, cc *pgx.ConnConfig) (*pgx.C
 		closeConn(conn)
 		return nil, "", classify(ctx, octx, "listen", err)
 	}
+	if _, err := conn.Exec(octx, "LISTEN "+pgx.Identifier{messageChannel(channel)}.Sanitize()); err != nil {
+		closeConn(conn)
+		return nil, "", classify(ctx, octx, "listen", err)
+	}
 	return conn, channel, nil
 }
 
@@ -223,6 +227,10 @@ func (s *Store) receive(conn *pgx.Conn) error {
 			}
 			continue
 		}
+		if n.Channel != s.channel {
+			s.deliver(n.Payload)
+			continue
+		}
 		key, seq, all := parseNotification(n.Payload)
 		if all {
 			s.hub.notifyAll()
@@ -237,4 +245,93 @@ func closeConn(conn *pgx.Conn) {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
 	defer cancel()
 	_ = conn.Close(ctx)
+}
+
+// messageChannel is the channel of instance messages (store.Messenger) for
+// a schema's event channel: the same listener hears both.
+func messageChannel(events string) string { return "rein_msgs_" + events[len("rein_events_"):] }
+
+// envelope is an instance message on the wire: its addressee ("" for every
+// instance) and the message itself.
+type envelope struct {
+	To  string          `json:"to"`
+	Msg json.RawMessage `json:"m"`
+}
+
+// listeners are the handlers of store.Messenger.Listen, by instance.
+type listeners struct {
+	mu sync.Mutex
+	by map[string]map[int]func([]byte)
+	n  int
+}
+
+// Send implements store.Messenger: one NOTIFY on the schema's message
+// channel, delivered by PostgreSQL to every listening process.
+func (s *Store) Send(ctx context.Context, to string, msg []byte) error {
+	if err := s.checkOpen(); err != nil {
+		return err
+	}
+	if !json.Valid(msg) {
+		return rein.InvalidArgument("msg", "an instance message must be JSON")
+	}
+	b, err := json.Marshal(envelope{To: to, Msg: msg})
+	if err != nil {
+		return err
+	}
+	if len(b) > 7900 {
+		return rein.InvalidArgument("msg", "an instance message must stay under 7900 bytes")
+	}
+	octx, cancel := s.opContext(ctx)
+	defer cancel()
+	if _, err := s.pool.Exec(octx, `SELECT pg_notify($1, $2)`, messageChannel(s.channel), string(b)); err != nil {
+		return s.fail(ctx, octx, "send instance message", err)
+	}
+	return nil
+}
+
+// Listen implements store.Messenger.
+func (s *Store) Listen(instance string, handler func([]byte)) (stop func()) {
+	l := &s.msgs
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.by == nil {
+		l.by = map[string]map[int]func([]byte){}
+	}
+	if l.by[instance] == nil {
+		l.by[instance] = map[int]func([]byte){}
+	}
+	l.n++
+	id := l.n
+	l.by[instance][id] = handler
+	return func() {
+		l.mu.Lock()
+		defer l.mu.Unlock()
+		delete(l.by[instance], id)
+		if len(l.by[instance]) == 0 {
+			delete(l.by, instance)
+		}
+	}
+}
+
+// deliver hands one message to the handlers it is addressed to.
+func (s *Store) deliver(payload string) {
+	var env envelope
+	if json.Unmarshal([]byte(payload), &env) != nil {
+		return
+	}
+	l := &s.msgs
+	l.mu.Lock()
+	var hs []func([]byte)
+	for inst, m := range l.by {
+		if env.To != "" && env.To != inst {
+			continue
+		}
+		for _, h := range m {
+			hs = append(hs, h)
+		}
+	}
+	l.mu.Unlock()
+	for _, h := range hs {
+		h(env.Msg)
+	}
 }

@@ -126,6 +126,8 @@ type Store struct {
 	// channel is the NOTIFY channel of this store's schema.
 	channel string
 	hub     *hub
+	// msgs are the handlers of instance messages (store.Messenger).
+	msgs listeners
 
 	appends      chan *appendReq
 	writersDone  chan struct{}
