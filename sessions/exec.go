@@ -32,7 +32,7 @@ type liveRun struct {
 	settled bool
 	// stopApplied: a stop recorded on the run's record was applied here.
 	stopApplied bool
-	attempt int
+	attempt     int
 	// closing is what the loop's Journal.Finish handed over, written with
 	// the run's end.
 	closingMsgs []rein.Message
