@@ -47,6 +47,14 @@ var _ sessions.Observer = (*Metrics)(nil)
 // NewMetrics creates a server's collectors and registers them in reg (a
 // fresh registry when nil).
 func NewMetrics(reg *prometheus.Registry) (*Metrics, error) {
+	return NewInstanceMetrics(reg, "")
+}
+
+// NewInstanceMetrics is NewMetrics with every series labelled
+// rein_instance=instance (none when ""), so a dashboard over several
+// instances sharing one PostgreSQL tells them apart. ("instance" itself is
+// the label Prometheus gives the scrape target.)
+func NewInstanceMetrics(reg *prometheus.Registry, instance string) (*Metrics, error) {
 	if reg == nil {
 		reg = prometheus.NewRegistry()
 	}
@@ -103,11 +111,15 @@ func NewMetrics(reg *prometheus.Registry) (*Metrics, error) {
 			Help: "Model requests retried before their first streamed byte, by provider and the failed attempt's HTTP status (0: no response).",
 		}, []string{"provider", "status"}),
 	}
+	var registerer prometheus.Registerer = reg
+	if instance != "" {
+		registerer = prometheus.WrapRegistererWith(prometheus.Labels{"rein_instance": instance}, reg)
+	}
 	for _, c := range []prometheus.Collector{
 		m.runsStarted, m.runsEnded, m.admission, m.parked, m.stopLatency, m.appendSeconds,
 		m.eventsAppended, m.sseSubscribers, m.httpRequests, m.httpDuration, m.modelRetries, liveCollector{m},
 	} {
-		if err := reg.Register(c); err != nil {
+		if err := registerer.Register(c); err != nil {
 			return nil, err
 		}
 	}

@@ -15,6 +15,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/collectors"
 
 	"github.com/reinhq/rein/config"
+	"github.com/reinhq/rein/internal/id"
 	"github.com/reinhq/rein/server"
 )
 
@@ -72,7 +73,11 @@ func cmdServe(ctx context.Context, args []string, io stdio) int {
 		fmt.Fprintln(io.err, "rein serve: --max-steps must be at least 1")
 		return exitUsage
 	}
-	logger := slog.New(slog.NewTextHandler(io.err, nil))
+	if *instanceID == "" {
+		*instanceID = id.New("ins_")
+	}
+	// The instance names itself in logs and metrics only, never to clients.
+	logger := slog.New(slog.NewTextHandler(io.err, nil)).With("instance", *instanceID)
 
 	var tokens map[string]string
 	if *tokensPath != "" {
@@ -91,7 +96,7 @@ func cmdServe(ctx context.Context, args []string, io stdio) int {
 
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
-	metrics, err := server.NewMetrics(reg)
+	metrics, err := server.NewInstanceMetrics(reg, *instanceID)
 	if err != nil {
 		fmt.Fprintln(io.err, "rein serve:", err)
 		return exitFailed

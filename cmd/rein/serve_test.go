@@ -71,7 +71,7 @@ func TestServeEndToEnd(t *testing.T) {
 		"REIN_DRAIN_TIMEOUT": "2s",
 		"REIN_WORKSPACE":     filepath.Join(dir, "ws"),
 	}
-	s := startServe(t, env, "--addr", "127.0.0.1:0", "--confirm", "")
+	s := startServe(t, env, "--addr", "127.0.0.1:0", "--confirm", "", "--instance-id", "ins-e2e")
 	ctx := ctxT(t)
 	c := client.New(s.url, client.WithToken("tok-a"))
 	if err := c.Ready(ctx); err != nil {
@@ -99,7 +99,7 @@ func TestServeEndToEnd(t *testing.T) {
 	}
 	body, _ := io.ReadAll(resp.Body)
 	resp.Body.Close()
-	for _, want := range []string{"go_goroutines", "process_", "rein_runs_started_total 1"} {
+	for _, want := range []string{"go_goroutines", "process_", `rein_runs_started_total{rein_instance="ins-e2e"} 1`} {
 		if !strings.Contains(string(body), want) {
 			t.Errorf("/metrics lacks %q", want)
 		}
@@ -108,7 +108,7 @@ func TestServeEndToEnd(t *testing.T) {
 		t.Fatalf("exit %d after shutdown:\n%s", code, s.stderr)
 	}
 	log := s.stderr.String()
-	for _, want := range []string{"request_id=", "owner=alice", "session=" + sess.ID, "run=" + res.RunID, "shut down"} {
+	for _, want := range []string{"request_id=", "owner=alice", "session=" + sess.ID, "run=" + res.RunID, "shut down", "instance=ins-e2e"} {
 		if !strings.Contains(log, want) {
 			t.Errorf("log lacks %q:\n%s", want, log)
 		}
