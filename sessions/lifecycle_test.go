@@ -3,6 +3,7 @@ package sessions_test
 import (
 	"context"
 	"errors"
+	"os"
 	"strings"
 	"testing"
 	"time"
@@ -359,4 +360,64 @@ func memoryStore(t *testing.T) store.Store {
 	st := memory.New()
 	t.Cleanup(func() { st.Close() })
 	return st
+}
+
+// TestStopRoutedToTheInstanceThatRunsIt: on a store shared by several
+// processes (PostgreSQL), a stop sent to another instance reaches the one
+// executing the run, which decides it (its answer is the truth) and logs it
+// once.
+func TestStopRoutedToTheInstanceThatRunsIt(t *testing.T) {
+	dsn := os.Getenv("REIN_TEST_POSTGRES_DSN")
+	if dsn == "" {
+		t.Skip("REIN_TEST_POSTGRES_DSN not set")
+	}
+	st := openPostgres(t, dsn)
+	a := newFixture(t, st, func(c *sessions.Config) { c.Instance, c.LeaseTTL = "a", time.Minute })
+	b := newFixture(t, st, func(c *sessions.Config) { c.Instance, c.LeaseTTL = "b", time.Minute })
+	a.newSession()
+	b.key = a.key
+	for _, mode := range []string{"cancel", "interrupt"} {
+		r := a.send("block "+mode, "")
+		a.blocking(r.RunID)
+		t0 := time.Now()
+		res := b.stop(ptr(r.RunID), mode)
+		if !res.Accepted {
+			t.Fatalf("%s on b: not accepted", mode)
+		}
+		p := b.completed(r.RunID)
+		took := time.Since(t0)
+		want := rein.ReasonCancelled
+		if mode == "interrupt" {
+			want = rein.ReasonInterrupted
+		}
+		if p.Reason != want {
+			t.Fatalf("%s: %+v", mode, p)
+		}
+		if took > 10*time.Second {
+			t.Fatalf("%s took %v: it waited for the lease, not for a pushed stop", mode, took)
+		}
+		t.Logf("%s on another instance → run_completed in %v", mode, took)
+		if n := countType(b.runEvents(r.RunID), rein.EventUserInterrupt); n != 1 {
+			t.Fatalf("user.interrupt logged %d times", n)
+		}
+	}
+	// A stale stop on b changes nothing.
+	r := a.send("block again", "")
+	a.blocking(r.RunID)
+	first := b.all()[0].RunID
+	if res := b.stop(ptr(first), ""); res.Accepted {
+		t.Fatal("stale stop accepted")
+	}
+	if rec, _ := st.GetRun(context.Background(), a.key, r.RunID); rec.Status != rein.StatusRunning {
+		t.Fatalf("the current run was touched: %s", rec.Status)
+	}
+	// when_busy=interrupt on b for a's run: a's run is interrupted, the
+	// new one runs.
+	m := b.send("M", "interrupt")
+	if p := b.completed(r.RunID); p.Reason != rein.ReasonInterrupted {
+		t.Fatalf("%+v", p)
+	}
+	if p := b.completed(m.RunID); p.Reason != rein.ReasonStop {
+		t.Fatalf("%+v", p)
+	}
 }
