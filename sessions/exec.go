@@ -19,7 +19,11 @@ import (
 // stays CREATED until the store says the run is this instance's to run
 // (lifecycle.claimNext); only then is it started.
 type liveRun struct {
-	rec *store.RunRecord
+	// id and k never change: read them without the lock.
+	id string
+	k  rein.SessionKey
+
+	rec *store.RunRecord // guarded by mu
 	h   *run.Run
 	w   *writer
 
@@ -42,7 +46,7 @@ type liveRun struct {
 	stopMode    string
 }
 
-func (lr *liveRun) key() rein.SessionKey { return lr.rec.Key() }
+func (lr *liveRun) key() rein.SessionKey { return lr.k }
 
 // fence is the run's lease token for its writes; ErrLeaseLost once the
 // lease is gone, so nothing more is written.
@@ -61,7 +65,7 @@ func (lr *liveRun) fence() (store.Fence, error) {
 // track creates, registers and indexes the handle of a stored run. The
 // handle is not started.
 func (s *Service) track(rec *store.RunRecord) (*liveRun, error) {
-	lr := &liveRun{rec: rec, w: newWriter(s.st, rec.Key(), s.cfg.Observer.EventsAppended)}
+	lr := &liveRun{id: rec.ID, k: rec.Key(), rec: rec, w: newWriter(s.st, rec.Key(), s.cfg.Observer.EventsAppended)}
 	h, err := s.engine.Prepare(func(ctx context.Context, c *run.Control) run.Outcome {
 		return s.execute(ctx, c, lr)
 	}, run.Options{
@@ -106,11 +110,11 @@ func (s *Service) track(rec *store.RunRecord) (*liveRun, error) {
 func (s *Service) untrack(lr *liveRun) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if s.live[lr.rec.ID] == lr {
-		delete(s.live, lr.rec.ID)
+	if s.live[lr.id] == lr {
+		delete(s.live, lr.id)
 	}
-	if byKey := s.local[lr.key()]; byKey != nil && byKey[lr.rec.ID] == lr {
-		delete(byKey, lr.rec.ID)
+	if byKey := s.local[lr.key()]; byKey != nil && byKey[lr.id] == lr {
+		delete(byKey, lr.id)
 		if len(byKey) == 0 {
 			delete(s.local, lr.key())
 		}
@@ -138,6 +142,12 @@ func (s *Service) localState(runID string) (held, executing bool) {
 // startClaimed starts the handle of a run this instance just claimed.
 func (s *Service) startClaimed(c claim) {
 	lr := s.liveRun(c.rec.ID)
+	if lr == nil && c.local {
+		// Its handle here was stopped (and let go) between the claim and
+		// now: the run ends as the stop said, never runs.
+		s.endClaimedUnstarted(c)
+		return
+	}
 	if lr == nil {
 		var err error
 		if lr, err = s.track(c.rec); err != nil {
@@ -158,11 +168,46 @@ func (s *Service) startClaimed(c claim) {
 	if _, err := lr.h.Start(); err != nil {
 		// The handle was stopped between the claim and now, before it
 		// could run: record the end it would have recorded.
+		// Its Finish may still be running (and may have seen it unclaimed,
+		// writing nothing): wait for the handle's end, then write the run's
+		// end as claimed (a no-op if Finish already did).
 		s.log.Debug("claimed run stopped before it started", "run", c.rec.ID, "err", err)
+		<-lr.h.Done()
 		if res, ok := lr.h.Result(); ok {
 			s.finishClaimed(lr, res)
 		}
+		return
 	}
+	if s.draining.Load() {
+		// Claimed as the service began to stop, after it looked at what
+		// runs here: it is stopped like the others.
+		if s.closing.Load() {
+			lr.h.Cancel()
+		} else {
+			lr.h.Interrupt("server shutting down")
+		}
+	}
+}
+
+// endClaimedUnstarted records the end of a run claimed for a handle that a
+// stop let go before it could start: cancelled, or timed out.
+func (s *Service) endClaimedUnstarted(c claim) {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	reason := rein.ReasonCancelled
+	if !c.rec.Deadline.IsZero() && !c.rec.Deadline.After(s.now()) {
+		reason = rein.ReasonTimeout
+	}
+	wrote, err := s.life.end(ctx, c.rec.Key(), c.lease.Fence(), c.rec.ID, true, endState{reason: reason})
+	if err != nil {
+		s.log.Error("record end of a run stopped as it was claimed", "session", c.rec.Key().String(), "run", c.rec.ID, "err", err)
+		return
+	}
+	if wrote {
+		s.releasedTurn(c.rec.Key())
+		s.runEnded(c.rec.Key(), c.rec.ID, reason.Status(), reason, nil)
+	}
+	s.kick(c.rec.Key())
 }
 
 // execute is the body of every run this instance executes: the agent loop
@@ -238,7 +283,7 @@ func (s *Service) finish(lr *liveRun, res run.Result) {
 	lr.mu.Unlock()
 	switch {
 	case lost:
-		s.log.Warn("run abandoned: its turn lease was lost", "session", lr.key().String(), "run", lr.rec.ID)
+		s.log.Warn("run abandoned: its turn lease was lost", "session", lr.key().String(), "run", lr.id)
 		return
 	case settled:
 		return
@@ -255,10 +300,10 @@ func (s *Service) finish(lr *liveRun, res run.Result) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	if wrote, err := s.life.end(ctx, lr.key(), store.Fence{}, lr.rec.ID, false, endState{reason: res.Reason}); err != nil {
-		s.log.Error("record end of queued run", "session", lr.key().String(), "run", lr.rec.ID, "err", err)
+	if wrote, err := s.life.end(ctx, lr.key(), store.Fence{}, lr.id, false, endState{reason: res.Reason}); err != nil {
+		s.log.Error("record end of queued run", "session", lr.key().String(), "run", lr.id, "err", err)
 	} else if wrote {
-		s.runEnded(lr.key(), lr.rec.ID, res.Reason.Status(), res.Reason, nil)
+		s.runEnded(lr.key(), lr.id, res.Reason.Status(), res.Reason, nil)
 	}
 	s.observeEnd(lr, res)
 }
@@ -272,7 +317,7 @@ func (s *Service) finishClaimed(lr *liveRun, res run.Result) {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	if err := lr.w.Flush(ctx); err != nil {
-		s.log.Error("run events not all recorded", "session", key.String(), "run", lr.rec.ID, "err", err)
+		s.log.Error("run events not all recorded", "session", key.String(), "run", lr.id, "err", err)
 	}
 	fence, err := lr.fence()
 	if err != nil {
@@ -288,10 +333,10 @@ func (s *Service) finishClaimed(lr *liveRun, res run.Result) {
 		// Only a completed run has a final reply.
 		es.evs = withoutReply(es.evs)
 	}
-	if wrote, err := s.life.end(ctx, key, fence, lr.rec.ID, true, es); err != nil {
+	if wrote, err := s.life.end(ctx, key, fence, lr.id, true, es); err != nil {
 		// The run stays RUNNING in the store; once its lease expires it is
 		// recovered (resumed from its last saved step).
-		s.log.Error("record run end", "session", key.String(), "run", lr.rec.ID, "err", err)
+		s.log.Error("record run end", "session", key.String(), "run", lr.id, "err", err)
 	} else if wrote {
 		s.releasedTurn(key)
 		var reply *string
@@ -299,7 +344,7 @@ func (s *Service) finishClaimed(lr *liveRun, res run.Result) {
 			r := res.Reply
 			reply = &r
 		}
-		s.runEnded(key, lr.rec.ID, res.Status, res.Reason, reply)
+		s.runEnded(key, lr.id, res.Status, res.Reason, reply)
 	}
 	s.observeEnd(lr, res)
 }
@@ -312,7 +357,7 @@ func (s *Service) park(lr *liveRun) {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	if err := lr.w.Flush(ctx); err != nil {
-		s.log.Error("run events not all recorded", "session", lr.key().String(), "run", lr.rec.ID, "err", err)
+		s.log.Error("run events not all recorded", "session", lr.key().String(), "run", lr.id, "err", err)
 	}
 	fence, err := lr.fence()
 	if err != nil {
@@ -320,7 +365,7 @@ func (s *Service) park(lr *liveRun) {
 	}
 	if err := s.st.Update(ctx, lr.key(), fence, func(tx store.Tx) error { return tx.ReleaseLease(fence.Token) }); err != nil {
 		// The lease expires by itself; the run stays parked either way.
-		s.log.Warn("release the lease of a parked run", "session", lr.key().String(), "run", lr.rec.ID, "err", err)
+		s.log.Warn("release the lease of a parked run", "session", lr.key().String(), "run", lr.id, "err", err)
 	} else {
 		s.releasedTurn(lr.key())
 	}
@@ -503,7 +548,7 @@ func (s *Service) waiting(key rein.SessionKey) []string {
 	for _, lr := range lrs {
 		lr.mu.Lock()
 		if !lr.started && !lr.settled {
-			out = append(out, lr.rec.ID)
+			out = append(out, lr.id)
 		}
 		lr.mu.Unlock()
 	}
@@ -571,7 +616,7 @@ func (s *Service) renewLoop() {
 				lr.mu.Unlock()
 				// A stop recorded on the run while its instance message was
 				// lost is applied here, at the latest one renewal later.
-				s.applyRecordedStop(lr.rec.ID)
+				s.applyRecordedStop(lr.id)
 			case errors.Is(err, rein.ErrLeaseLost):
 				lr.mu.Lock()
 				current := lr.lease == l
@@ -580,14 +625,14 @@ func (s *Service) renewLoop() {
 				}
 				lr.mu.Unlock()
 				if current {
-					s.log.Error("turn lease lost; the run is fenced and stopped here", "session", lr.key().String(), "run", lr.rec.ID)
+					s.log.Error("turn lease lost; the run is fenced and stopped here", "session", lr.key().String(), "run", lr.id)
 					lr.w.fail(rein.ErrLeaseLost)
 					lr.h.Cancel()
 				}
 			case s.ctx.Err() != nil:
 				return
 			default:
-				s.log.Warn("renew turn lease", "session", lr.key().String(), "run", lr.rec.ID, "err", err)
+				s.log.Warn("renew turn lease", "session", lr.key().String(), "run", lr.id, "err", err)
 			}
 		}
 	}
@@ -623,7 +668,7 @@ func (j *journal) Consume(ctx context.Context, step int) ([]rein.Message, error)
 	if err != nil {
 		return nil, err
 	}
-	return j.s.life.consume(ctx, j.lr.key(), fence, j.lr.rec.ID, step)
+	return j.s.life.consume(ctx, j.lr.key(), fence, j.lr.id, step)
 }
 
 func (j *journal) Pending(ctx context.Context) (int, error) {
@@ -635,7 +680,7 @@ func (j *journal) SaveStep(ctx context.Context, step int, asst rein.Message, con
 	if err != nil {
 		return err
 	}
-	return j.s.life.saveStep(ctx, j.lr.key(), fence, j.lr.rec.ID, step, asst, confirm)
+	return j.s.life.saveStep(ctx, j.lr.key(), fence, j.lr.id, step, asst, confirm)
 }
 
 func (j *journal) SaveResult(ctx context.Context, res rein.Message) error {

@@ -235,6 +235,8 @@ type claim struct {
 	wait time.Duration
 	// idle: the session has no queued or running run left.
 	idle bool
+	// local: rec was held here, waiting (not adopted or resumed).
+	local bool
 	// gone lists runs this instance holds waiting that are no longer
 	// queued in the store (claimed by another instance, or ended there):
 	// the handles here must go, writing nothing.
@@ -347,7 +349,7 @@ func (lc *lifecycle) claimNext(ctx context.Context, key rein.SessionKey, waiting
 		if _, err := tx.AppendEvents(rein.NewEvent(rein.EventRunStarted, rec.ID, rein.RunStartedPayload{RunID: rec.ID})); err != nil {
 			return err
 		}
-		c.rec, c.lease = rec, l
+		c.rec, c.lease, c.local = rec, l, local[q.ID]
 		return nil
 	})
 	if errors.Is(err, errNothing) {
@@ -730,8 +732,14 @@ func (lc *lifecycle) writeEnd(tx store.Tx, r *store.RunRecord, es endState, now 
 	if err := tx.CloseConfirmations(r.ID); err != nil {
 		return err
 	}
-	status := es.reason.Status()
 	rolled := r.Stop == stopRollback
+	if rolled {
+		// A rolled-back run is cancelled, whatever it had come to: a
+		// reply it committed before the stop reached it is not its end
+		// (its turn is left out of every later request anyway).
+		es.reason, es.errText, es.evs = rein.ReasonCancelled, "", withoutReply(es.evs)
+	}
+	status := es.reason.Status()
 	usage := es.usage
 	if _, err := tx.UpdateRun(r.ID, store.RunUpdate{Status: status, Reason: es.reason, Error: es.errText,
 		EndedAt: now, Usage: &usage, RolledBack: rolled}); err != nil {

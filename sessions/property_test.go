@@ -55,14 +55,22 @@ import (
 //     without a result; a run stopped by rollback ends CANCELLED with
 //     rolled_back true, and no other run is rolled back.
 //
-// By default the memory store gets 60 generated sequences and SQLite 15
-// (rapid's own default, 100 each, is a longer exploration than every CI run
-// needs), each of at most -property.actions actions (16). A longer
-// exploration:
+// After each action the test waits, on the event logs (never on time),
+// until every run given a reason to end has ended and each session is
+// either free or held by one run parked in its tool call; a burst's races
+// are resolved from the log (the run a message stopped is the one running
+// at its user.message).
 //
-//	go test -race -run Property ./sessions/ -rapid.checks=500 -property.actions=40
+// By default the memory store gets 200 generated sequences and SQLite 50,
+// each of at most -property.actions actions (16): about 15 s with -race on
+// two cores. A longer exploration:
 //
-// A failure prints the seed (-rapid.seed=N) and the shrunk action sequence.
+//	go test -race -run Property ./sessions/ -rapid.checks=2000 -property.actions=40
+//
+// A failure prints the seed (-rapid.seed=N) and the shrunk action sequence,
+// and rapid saves it under testdata/rapid/ (replayed first by later runs;
+// -rapid.nofailfile keeps it from being written). Races decided by timing
+// may need a few runs of the seed to show again.
 func TestPropertyRunLifecycle(t *testing.T) {
 	t.Run("memory", func(t *testing.T) {
 		defaultRapidChecks(t, 200)

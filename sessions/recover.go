@@ -144,6 +144,7 @@ func (s *Service) waitIdle(ctx context.Context, timeout <-chan time.Time) bool {
 // recorded), queued ones stay queued in the store. For tests and embedded
 // use; servers call Drain.
 func (s *Service) Close() error {
+	s.closing.Store(true)
 	s.draining.Store(true)
 	for _, lr := range s.executing() {
 		lr.h.Cancel()

@@ -126,6 +126,7 @@ type Service struct {
 	life *lifecycle
 
 	draining atomic.Bool
+	closing  atomic.Bool    // Close, not Drain: runs are cancelled
 	wg       sync.WaitGroup // background loops
 
 	mu    sync.Mutex

@@ -1,0 +1,322 @@
+package sessions_test
+
+import (
+	"context"
+	"encoding/json"
+	"runtime"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/reinhq/rein"
+	"github.com/reinhq/rein/internal/reintest"
+	"github.com/reinhq/rein/sessions"
+	"github.com/reinhq/rein/store"
+	"github.com/reinhq/rein/store/memory"
+	"github.com/reinhq/rein/tool"
+)
+
+// slowLoad blocks the next GetSession once armed, until released.
+type slowLoad struct {
+	store.Store
+	mu      sync.Mutex
+	armed   bool
+	entered chan struct{}
+	release chan struct{}
+}
+
+func (s *slowLoad) GetSession(ctx context.Context, key rein.SessionKey) (*store.Session, error) {
+	s.mu.Lock()
+	armed := s.armed
+	s.armed = false
+	s.mu.Unlock()
+	if armed {
+		close(s.entered)
+		<-s.release
+	}
+	return s.Store.GetSession(ctx, key)
+}
+
+func TestRegressionInterruptBeforeLoad(t *testing.T) {
+	for _, how := range []string{"when_busy", "user.interrupt"} {
+		t.Run(how, func(t *testing.T) {
+			st := &slowLoad{Store: memory.New(), entered: make(chan struct{}), release: make(chan struct{})}
+			f := newFixture(t, st)
+			f.newSession()
+			st.mu.Lock()
+			st.armed = true
+			st.mu.Unlock()
+			a := f.send("block A", "")
+			<-st.entered // A is RUNNING and its execute is loading the session
+			if how == "when_busy" {
+				f.send("B", "interrupt")
+			} else {
+				go func() { <-st.entered }()
+				res, err := f.svc.Interrupt(context.Background(), f.key, sessions.InterruptRequest{RunID: &a.RunID, Mode: rein.StopInterrupt})
+				if err != nil || !res.Accepted {
+					t.Fatal(res, err)
+				}
+			}
+			close(st.release)
+			p := f.completed(a.RunID)
+			t.Logf("A ended %+v", p)
+			if p.Status != rein.StatusCompleted || p.Reason != rein.ReasonInterrupted {
+				t.Errorf("interrupted RUNNING run ended %s/%s %q, want COMPLETED/interrupted", p.Status, p.Reason, p.Error)
+			}
+			f.stop(nil, "")
+		})
+	}
+}
+
+// stubborn is a "hold" tool that, once its context ends, returns only when
+// unstuck: the run stays RUNNING in the store with its handle stopped.
+type stubborn struct {
+	once    sync.Once
+	entered chan struct{}
+	unstick chan struct{}
+}
+
+func (s *stubborn) Spec() tool.Spec {
+	return tool.Spec{Name: "hold", Description: "x", InputSchema: json.RawMessage(`{"type":"object"}`)}
+}
+
+func (s *stubborn) Call(ctx context.Context, c tool.Call) (tool.Result, error) {
+	s.once.Do(func() { close(s.entered) })
+	<-ctx.Done()
+	<-s.unstick
+	return tool.Result{}, ctx.Err()
+}
+
+func TestRegressionRollbackOverwritten(t *testing.T) {
+	for _, mode := range []string{"cancel", "interrupt"} {
+		t.Run(mode, func(t *testing.T) {
+			st := memory.New()
+			tl := &stubborn{entered: make(chan struct{}), unstick: make(chan struct{})}
+			svc, err := reintest.ServiceWithTools("testdata/property.yaml", st, nil, tl)
+			if err != nil {
+				t.Fatal(err)
+			}
+			svc.Start(context.Background())
+			defer svc.Close()
+			f := &fixture{t: t, st: st, svc: svc}
+			f.newSession()
+			a := f.send("hold A", "")
+			<-tl.entered
+			m := f.send("hold M", "rollback")
+			res, err := svc.Interrupt(context.Background(), f.key, sessions.InterruptRequest{RunID: &a.RunID, Mode: rein.StopMode(mode)})
+			t.Logf("stop after rollback: %+v %v", res, err)
+			close(tl.unstick)
+			p := f.completed(a.RunID)
+			t.Logf("A ended %+v", p)
+			if !p.RolledBack {
+				t.Errorf("A was stopped by when_busy=rollback but ended %s/%s rolled_back=false", p.Status, p.Reason)
+			}
+			f.stop(&m.RunID, "")
+			f.completed(m.RunID)
+		})
+	}
+}
+
+// A when_busy=interrupt message admitted while a rolled-back run is still
+// RUNNING in the store replaces its durable "rollback" stop.
+func TestRegressionRollbackOverwrittenByMessage(t *testing.T) {
+	st := memory.New()
+	tl := &stubborn{entered: make(chan struct{}), unstick: make(chan struct{})}
+	svc, err := reintest.ServiceWithTools("testdata/property.yaml", st, nil, tl)
+	if err != nil {
+		t.Fatal(err)
+	}
+	svc.Start(context.Background())
+	defer svc.Close()
+	f := &fixture{t: t, st: st, svc: svc}
+	f.newSession()
+	a := f.send("hold A", "")
+	<-tl.entered
+	f.send("hold M1", "rollback")
+	m2 := f.send("hold M2", "interrupt")
+	close(tl.unstick)
+	p := f.completed(a.RunID)
+	t.Logf("A ended %+v", p)
+	if !p.RolledBack {
+		t.Errorf("A was stopped by when_busy=rollback but ended %s/%s rolled_back=false", p.Status, p.Reason)
+	}
+	f.stop(&m2.RunID, "")
+	f.completed(m2.RunID)
+	f.stop(nil, "")
+}
+
+// holdEnd blocks, once armed, the next run end (lifecycle.end's Update,
+// before it takes the store's lock), until released.
+type holdEnd struct {
+	store.Store
+	mu      sync.Mutex
+	armed   bool
+	entered chan struct{}
+	release chan struct{}
+}
+
+func (h *holdEnd) Update(ctx context.Context, key rein.SessionKey, fence store.Fence, fn func(tx store.Tx) error) error {
+	pcs := make([]uintptr, 32)
+	frames := runtime.CallersFrames(pcs[:runtime.Callers(2, pcs)])
+	isEnd := false
+	for {
+		f, more := frames.Next()
+		if strings.HasSuffix(f.Function, "(*lifecycle).end") {
+			isEnd = true
+		}
+		if !more {
+			break
+		}
+	}
+	if isEnd {
+		h.mu.Lock()
+		block := h.armed
+		h.armed = false
+		h.mu.Unlock()
+		if block {
+			close(h.entered)
+			select {
+			case <-h.release:
+			case <-time.After(10 * time.Second):
+			}
+		}
+	}
+	return h.Store.Update(ctx, key, fence, fn)
+}
+
+// A rollback admitted after the current run committed its final reply (its
+// end not yet written): the run ends COMPLETED/stop with rolled_back=true.
+func TestRegressionRollbackOfCommittedRun(t *testing.T) {
+	hs := &holdEnd{Store: memory.New(), entered: make(chan struct{}), release: make(chan struct{})}
+	hold := &holdTool{gates: map[string]chan struct{}{}, calls: map[string]int{}}
+	svc, err := reintest.ServiceWithTools("testdata/property.yaml", hs, nil, hold)
+	if err != nil {
+		t.Fatal(err)
+	}
+	svc.Start(context.Background())
+	defer svc.Close()
+	f := &fixture{t: t, st: hs, svc: svc}
+	f.newSession()
+	a := f.send("hold A", "")
+	f.waitEvent(func(e rein.Event) bool { return e.Type == rein.EventToolUse && e.RunID == a.RunID })
+	hs.mu.Lock()
+	hs.armed = true // block A's end write
+	hs.mu.Unlock()
+	hold.release(a.RunID)
+	select { // A's loop has returned: its reply is committed, its end not written
+	case <-hs.entered:
+	case <-time.After(10 * time.Second):
+		t.Fatal("A's end never came")
+	}
+	m := f.send("hold M", "rollback")
+	close(hs.release)
+	p := f.completed(a.RunID)
+	t.Logf("A ended %+v", p)
+	if p.RolledBack && p.Status != rein.StatusCancelled {
+		t.Errorf("A ended %s/%s with rolled_back=true (and its reply in the log)", p.Status, p.Reason)
+	}
+	hold.release(m.RunID)
+	f.completed(m.RunID)
+}
+
+// holdClaim, once armed, holds the pump after its claim of a queued run has
+// committed (RUNNING + session.run_started) and before the run's handle is
+// started.
+type holdClaim struct {
+	store.Store
+	mu      sync.Mutex
+	armed   bool
+	entered chan struct{}
+	release chan struct{}
+}
+
+func (h *holdClaim) Update(ctx context.Context, key rein.SessionKey, fence store.Fence, fn func(tx store.Tx) error) error {
+	pcs := make([]uintptr, 32)
+	frames := runtime.CallersFrames(pcs[:runtime.Callers(2, pcs)])
+	isClaim := false
+	for {
+		f, more := frames.Next()
+		if strings.HasSuffix(f.Function, "(*lifecycle).claimNext") {
+			isClaim = true
+		}
+		if !more {
+			break
+		}
+	}
+	started := false
+	err := h.Store.Update(ctx, key, fence, func(tx store.Tx) error {
+		if err := fn(tx); err != nil {
+			return err
+		}
+		if isClaim {
+			runs, _ := tx.Runs(rein.StatusRunning)
+			started = len(runs) == 1
+		}
+		return nil
+	})
+	if err == nil && started {
+		h.mu.Lock()
+		block := h.armed
+		h.armed = false
+		h.mu.Unlock()
+		if block {
+			close(h.entered)
+			select {
+			case <-h.release:
+			case <-time.After(10 * time.Second):
+			}
+		}
+	}
+	return err
+}
+
+// An interrupt of a run that is RUNNING in the store and the log, caught
+// before its handle started, ends it CANCELLED/cancelled.
+func TestRegressionInterruptJustClaimed(t *testing.T) {
+	hc := &holdClaim{Store: memory.New(), entered: make(chan struct{}), release: make(chan struct{})}
+	hold := &holdTool{gates: map[string]chan struct{}{}, calls: map[string]int{}}
+	svc, err := reintest.ServiceWithTools("testdata/property.yaml", hc, nil, hold)
+	if err != nil {
+		t.Fatal(err)
+	}
+	svc.Start(context.Background())
+	defer svc.Close()
+	defer hold.releaseAll()
+	f := &fixture{t: t, st: hc, svc: svc}
+	f.newSession()
+	a := f.send("hold A", "")
+	f.waitEvent(func(e rein.Event) bool { return e.Type == rein.EventToolUse && e.RunID == a.RunID })
+	b := f.send("hold B", "enqueue")
+	hc.mu.Lock()
+	hc.armed = true
+	hc.mu.Unlock()
+	hold.release(a.RunID)
+	select {
+	case <-hc.entered: // B is RUNNING in the store, its run_started logged
+	case <-time.After(10 * time.Second):
+		t.Fatal("B was never claimed")
+	}
+	rec, _ := hc.GetRun(context.Background(), f.key, b.RunID)
+	res, err := svc.Interrupt(context.Background(), f.key, sessions.InterruptRequest{RunID: &b.RunID, Mode: rein.StopInterrupt})
+	t.Logf("B stored %s; interrupt → %+v %v", rec.Status, res, err)
+	close(hc.release)
+	f.waitEvent(func(e rein.Event) bool {
+		return (e.Type == rein.EventRunCompleted || e.Type == rein.EventToolUse) && e.RunID == b.RunID
+	})
+	p := f.completed(b.RunID)
+	t.Logf("B ended %+v", p)
+	// The stop reached B's handle before it could start: it never runs
+	// (no tool call), and ends once, as a stop of a run that did nothing
+	// yet — cancelled (the interrupt of a handle not yet started is a
+	// cancel) or interrupted.
+	if !res.Accepted || !(p.Reason == rein.ReasonCancelled || p.Reason == rein.ReasonInterrupted) {
+		t.Errorf("interrupt of just-claimed B: accepted=%v, ended %s/%s", res.Accepted, p.Status, p.Reason)
+	}
+	if n := countType(f.runEvents(b.RunID), rein.EventToolUse); n != 0 {
+		t.Errorf("the stopped run ran anyway (%d tool calls)", n)
+	}
+	if n := countType(f.runEvents(b.RunID), rein.EventRunCompleted); n != 1 {
+		t.Errorf("%d session.run_completed", n)
+	}
+}
