@@ -38,6 +38,7 @@ import (
 
 	"github.com/reinhq/rein"
 	"github.com/reinhq/rein/internal/id"
+	"github.com/reinhq/rein/server/web"
 	"github.com/reinhq/rein/sessions"
 )
 
@@ -160,6 +161,13 @@ func New(cfg Config) (*Server, error) {
 	s.handle("POST", "/api/sessions/{id}/events", false, s.postEvents)
 	s.handle("GET", "/api/sessions/{id}/events", false, s.listEvents)
 	s.handle("GET", "/api/sessions/{id}/events/stream", false, s.streamEvents)
+	// The web console (SPEC §11): GET / and its assets under /console/,
+	// public like /healthz. Registered on the mux directly, not with
+	// handle: Routes lists the API that docs/openapi.yaml documents, and
+	// the console is a client of that API, not a part of it.
+	console := web.Handler()
+	s.mux.Handle("GET /{$}", console)
+	s.mux.Handle("GET "+web.Prefix, console)
 	return s, nil
 }
 
