@@ -198,13 +198,13 @@ func TestKillMidTool(t *testing.T) {
 }
 
 // ctxFor is a context that ends after d or with the test.
-func ctxFor(t *testing.T, d time.Duration) context.Context {
+func ctxFor(t testing.TB, d time.Duration) context.Context {
 	ctx, cancel := context.WithTimeoutCause(t.Context(), d, fmt.Errorf("timed out after %v", d))
 	t.Cleanup(cancel)
 	return ctx
 }
 
-func newSession(t *testing.T, p *proc) string {
+func newSession(t testing.TB, p *proc) string {
 	t.Helper()
 	s, err := p.client.CreateSession(ctxFor(t, 5*time.Second), client.CreateSessionRequest{})
 	if err != nil {
@@ -214,7 +214,7 @@ func newSession(t *testing.T, p *proc) string {
 }
 
 // send starts a run and returns its id.
-func send(t *testing.T, p *proc, sid, text string) string {
+func send(t testing.TB, p *proc, sid, text string) string {
 	t.Helper()
 	r, err := p.client.SendMessage(ctxFor(t, 5*time.Second), sid, client.Message{Text: text})
 	if err != nil {

@@ -46,7 +46,7 @@ func TestMain(m *testing.M) {
 // reinBinary builds ./cmd/rein (without -race: the processes under test are
 // killed, not inspected, and the race detector's slowdown would only skew
 // the timing the scenarios rely on) and returns its path.
-func reinBinary(t *testing.T) string {
+func reinBinary(t testing.TB) string {
 	t.Helper()
 	binOnce.Do(func() {
 		goTool, err := exec.LookPath("go")
@@ -73,7 +73,7 @@ func reinBinary(t *testing.T) string {
 }
 
 // script is the scripted model every server of the package runs.
-func script(t *testing.T) string {
+func script(t testing.TB) string {
 	t.Helper()
 	p, err := filepath.Abs(filepath.Join("testdata", "chaos.yaml"))
 	if err != nil {
@@ -114,7 +114,7 @@ var schemaSeq atomic.Int64
 // serve at one. The schema is dropped when the test ends; since cleanups
 // run last-registered first, every server the test starts afterwards is
 // killed before that.
-func pgSchema(t *testing.T, dsn string) string {
+func pgSchema(t testing.TB, dsn string) string {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
@@ -183,6 +183,10 @@ type serveOptions struct {
 	// config is the --config file (agents and MCP servers, SPEC §10); ""
 	// is the single agent default built from the flags.
 	config string
+	// instance is the --instance-id ("" : the server picks a fresh one).
+	instance string
+	// leaseTTL is the --lease-ttl (0: the package's leaseTTL).
+	leaseTTL time.Duration
 }
 
 // newClient is a client of p's server that sends token ("" for none).
@@ -194,7 +198,9 @@ func newClient(p *proc, token string) *client.Client {
 	return client.New(p.url, opts...)
 }
 
-var listenURL = regexp.MustCompile(`msg="rein serve listening" url=(http://\S+)`)
+// listenURL finds the address in rein serve's "listening" line; other
+// attributes (instance=…) may come between msg and url.
+var listenURL = regexp.MustCompile(`msg="rein serve listening"(?: \S+)*? url=(http://\S+)`)
 
 // startServe starts `rein serve` on store and waits until it answers
 // /readyz. The process is killed when the test ends, and its log is shown
@@ -205,19 +211,26 @@ func startServe(ctx context.Context, t *testing.T, name, store string) *proc {
 }
 
 // startServeWith is startServe with options.
-func startServeWith(ctx context.Context, t *testing.T, name, store string, o serveOptions) *proc {
+func startServeWith(ctx context.Context, t testing.TB, name, store string, o serveOptions) *proc {
 	t.Helper()
 	work := t.TempDir()
 	ws := o.workspace
 	if ws == "" {
 		ws = filepath.Join(work, "workspace")
 	}
+	ttl := o.leaseTTL
+	if ttl == 0 {
+		ttl = leaseTTL
+	}
 	args := []string{"serve",
 		"--addr", "127.0.0.1:0",
 		"--store", store,
 		"--model", "scripted:" + script(t),
-		"--lease-ttl", leaseTTL.String(),
+		"--lease-ttl", ttl.String(),
 		"--workspace", ws,
+	}
+	if o.instance != "" {
+		args = append(args, "--instance-id", o.instance)
 	}
 	if o.tokens != "" {
 		args = append(args, "--tokens", o.tokens)
@@ -324,9 +337,13 @@ type stderrBuffer struct {
 	buf       bytes.Buffer
 	listening chan struct{}
 	seen      bool
+	// grew is closed (and replaced) on every write, for waitFor.
+	grew chan struct{}
 }
 
-func newStderrBuffer() *stderrBuffer { return &stderrBuffer{listening: make(chan struct{})} }
+func newStderrBuffer() *stderrBuffer {
+	return &stderrBuffer{listening: make(chan struct{}), grew: make(chan struct{})}
+}
 
 func (b *stderrBuffer) Write(p []byte) (int, error) {
 	b.mu.Lock()
@@ -336,7 +353,39 @@ func (b *stderrBuffer) Write(p []byte) (int, error) {
 		b.seen = true
 		close(b.listening)
 	}
+	close(b.grew)
+	b.grew = make(chan struct{})
 	return n, err
+}
+
+// waitFor waits until the log, from byte offset from on, matches re, and
+// returns the matching text; "" when ctx ends first. Woken by writes, never
+// by polling.
+func (b *stderrBuffer) waitFor(ctx context.Context, from int, re *regexp.Regexp) string {
+	for {
+		b.mu.Lock()
+		var m []byte
+		if from < b.buf.Len() {
+			m = re.Find(b.buf.Bytes()[from:])
+		}
+		grew := b.grew
+		b.mu.Unlock()
+		if m != nil {
+			return string(m)
+		}
+		select {
+		case <-grew:
+		case <-ctx.Done():
+			return ""
+		}
+	}
+}
+
+// Len is how many bytes of log the process has written so far.
+func (b *stderrBuffer) Len() int {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.Len()
 }
 
 func (b *stderrBuffer) String() string {

@@ -186,7 +186,7 @@ func buildRuntime(ctx context.Context, o runtimeOptions) (*runtime, error) {
 		}
 		agents[name] = &sessions.Agent{Loop: loop, System: a.System, Tools: toolsets.forAgent(a, o.Logger)}
 	}
-	st, err := backend.Open(ctx, o.Store, backend.Options{})
+	st, err := backend.Open(ctx, o.Store, backend.Options{LeaseTTL: o.LeaseTTL})
 	if err != nil {
 		rt.closeMCP()
 		return nil, fmt.Errorf("--store: %w", err)

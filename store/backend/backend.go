@@ -13,6 +13,7 @@ package backend
 import (
 	"context"
 	"strings"
+	"time"
 
 	"github.com/reinhq/rein"
 	"github.com/reinhq/rein/store"
@@ -28,6 +29,11 @@ const DefaultSpec = "sqlite:./rein.db"
 type Options struct {
 	// Clock is the store's time source; nil means the wall clock.
 	Clock rein.Clock
+	// LeaseTTL is the turn lease TTL the service will use (0: the
+	// default): a shared database is told to end a transaction left idle
+	// for half of it, so a paused instance cannot hold a session's rows
+	// past the time another may take its turn.
+	LeaseTTL time.Duration
 }
 
 // Open opens the store that spec names. An unknown or malformed spec is an
@@ -47,7 +53,7 @@ func Open(ctx context.Context, spec string, opts Options) (store.Store, error) {
 		}
 		return s, nil
 	case "postgres":
-		s, err := postgres.Open(ctx, rest, postgres.Options{Clock: opts.Clock})
+		s, err := postgres.Open(ctx, rest, postgres.Options{Clock: opts.Clock, IdleInTransaction: opts.LeaseTTL / 2})
 		if err != nil {
 			return nil, err
 		}

@@ -40,6 +40,7 @@ import (
 	"io"
 	"log/slog"
 	"net"
+	"strconv"
 	"sync"
 	"time"
 
@@ -84,6 +85,14 @@ type Options struct {
 	WaitRecheck time.Duration
 	// Logger receives listener disconnects and reconnects; nil discards.
 	Logger *slog.Logger
+	// IdleInTransaction bounds how long a transaction of this store may
+	// sit idle (PostgreSQL's idle_in_transaction_session_timeout) before
+	// the server ends it and frees its locks: an instance paused in the
+	// middle of an Update (GC, SIGSTOP, a VM migration) must not hold a
+	// session's rows past the time others may take its turn. 0 means 5s;
+	// keep it below the lease TTL (rein serve passes TTL/2). A DSN setting
+	// wins.
+	IdleInTransaction time.Duration
 
 	// hooks lets this package's tests observe the store's goroutines.
 	hooks testHooks
@@ -167,6 +176,13 @@ func Open(ctx context.Context, dsn string, opts Options) (*Store, error) {
 		cfg.ConnConfig.RuntimeParams["plan_cache_mode"] = "force_generic_plan"
 	}
 
+	if _, set := cfg.ConnConfig.RuntimeParams["idle_in_transaction_session_timeout"]; !set {
+		idle := opts.IdleInTransaction
+		if idle <= 0 {
+			idle = 5 * time.Second
+		}
+		cfg.ConnConfig.RuntimeParams["idle_in_transaction_session_timeout"] = strconv.FormatInt(max(idle.Milliseconds(), 1), 10)
+	}
 	if opts.Schema != "" {
 		if err := ensureSchema(ctx, cfg.ConnConfig, opts.Schema); err != nil {
 			return nil, err
