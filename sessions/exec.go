@@ -36,7 +36,10 @@ type liveRun struct {
 	settled bool
 	// stopApplied: a stop recorded on the run's record was applied here.
 	stopApplied bool
-	attempt     int
+	// executed: its loop began here (a claimed run stopped before it does
+	// ends as a stop of a run that did nothing yet).
+	executed bool
+	attempt  int
 	// closing is what the loop's Journal.Finish handed over, written with
 	// the run's end.
 	closingMsgs []rein.Message
@@ -198,7 +201,13 @@ func (s *Service) endClaimedUnstarted(c claim) {
 	if !c.rec.Deadline.IsZero() && !c.rec.Deadline.After(s.now()) {
 		reason = rein.ReasonTimeout
 	}
-	wrote, err := s.life.end(ctx, c.rec.Key(), c.lease.Fence(), c.rec.ID, true, endState{reason: reason})
+	s.mu.Lock()
+	mode := s.claimStops[c.rec.ID]
+	delete(s.claimStops, c.rec.ID)
+	s.mu.Unlock()
+	es := stoppedBeforeStart(c.rec.ID, mode, reason)
+	reason = es.reason
+	wrote, err := s.life.end(ctx, c.rec.Key(), c.lease.Fence(), c.rec.ID, true, es)
 	if err != nil {
 		s.log.Error("record end of a run stopped as it was claimed", "session", c.rec.Key().String(), "run", c.rec.ID, "err", err)
 		return
@@ -216,6 +225,7 @@ func (s *Service) execute(ctx context.Context, c *run.Control, lr *liveRun) run.
 	key := lr.key()
 	lr.mu.Lock()
 	rec, attempt := lr.rec, lr.attempt
+	lr.executed = true
 	lr.mu.Unlock()
 	s.cfg.Observer.RunStarted()
 	// A stop that lands now must reach the loop, which answers it (an
@@ -304,8 +314,30 @@ func (s *Service) finish(lr *liveRun, res run.Result) {
 		s.log.Error("record end of queued run", "session", lr.key().String(), "run", lr.id, "err", err)
 	} else if wrote {
 		s.runEnded(lr.key(), lr.id, res.Reason.Status(), res.Reason, nil)
+	} else {
+		// Claimed a moment ago: the claim's own path writes the end; it
+		// needs to know how the stop asked the run to end.
+		lr.mu.Lock()
+		mode := lr.stopMode
+		lr.mu.Unlock()
+		if mode != "" {
+			s.mu.Lock()
+			s.claimStops[lr.id] = mode
+			s.mu.Unlock()
+		}
 	}
 	s.observeEnd(lr, res)
+}
+
+// stoppedBeforeStart is the end of a claimed run a stop reached before its
+// loop began: an interrupt ends it COMPLETED/interrupted with an empty
+// reply (it was RUNNING in the log), a cancel CANCELLED.
+func stoppedBeforeStart(runID, mode string, reason rein.Reason) endState {
+	if reason == rein.ReasonCancelled && mode == string(rein.StopInterrupt) {
+		return endState{reason: rein.ReasonInterrupted, evs: []rein.Event{rein.NewEvent(rein.EventMessage, runID,
+			rein.MessagePayload{RunID: runID, Text: "", Reason: rein.ReasonInterrupted})}}
+	}
+	return endState{reason: reason}
 }
 
 // finishClaimed records the end of a run this instance claimed: its streamed
@@ -325,6 +357,12 @@ func (s *Service) finishClaimed(lr *liveRun, res run.Result) {
 	}
 	lr.mu.Lock()
 	es := endState{reason: res.Reason, usage: res.Usage, msgs: lr.closingMsgs, evs: lr.closingEvs}
+	if !lr.executed {
+		es = stoppedBeforeStart(lr.id, lr.stopMode, res.Reason)
+		if es.reason != res.Reason {
+			res.Status, res.Reason, res.Err = rein.StatusCompleted, es.reason, nil
+		}
+	}
 	lr.mu.Unlock()
 	if res.Status == rein.StatusFailed {
 		es.errText = errorText(res.Err)

@@ -135,6 +135,9 @@ type Service struct {
 	pumps map[rein.SessionKey]*pump
 	// admits counts admissions in flight per session (see claimNext).
 	admits map[rein.SessionKey]int
+	// claimStops: how a stop asked a just-claimed run to end, when it let
+	// the run's handle go before the claim could start it.
+	claimStops map[string]string
 
 	// msgr carries messages between instances sharing the store (nil: the
 	// store has no such capability).
@@ -188,19 +191,20 @@ func New(cfg Config) (*Service, error) {
 	}
 	ctx, stop := context.WithCancel(context.Background())
 	s := &Service{
-		cfg:      cfg,
-		st:       cfg.Store,
-		agent:    cfg.Agent,
-		engine:   run.NewEngine(run.EngineOptions{Context: ctx, Clock: cfg.Clock}),
-		registry: run.NewRegistry(),
-		gate:     tool.NewGate(),
-		log:      cfg.Logger,
-		ctx:      ctx,
-		stop:     stop,
-		live:     map[string]*liveRun{},
-		local:    map[rein.SessionKey]map[string]*liveRun{},
-		pumps:    map[rein.SessionKey]*pump{},
-		admits:   map[rein.SessionKey]int{},
+		cfg:        cfg,
+		st:         cfg.Store,
+		agent:      cfg.Agent,
+		engine:     run.NewEngine(run.EngineOptions{Context: ctx, Clock: cfg.Clock}),
+		registry:   run.NewRegistry(),
+		gate:       tool.NewGate(),
+		log:        cfg.Logger,
+		ctx:        ctx,
+		stop:       stop,
+		live:       map[string]*liveRun{},
+		local:      map[rein.SessionKey]map[string]*liveRun{},
+		pumps:      map[rein.SessionKey]*pump{},
+		admits:     map[rein.SessionKey]int{},
+		claimStops: map[string]string{},
 	}
 	excl := false
 	if e, ok := cfg.Store.(store.Exclusive); ok {
