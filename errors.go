@@ -5,7 +5,7 @@ import (
 	"fmt"
 )
 
-// Code is an error code from SPEC §3. Every error that crosses the HTTP
+// Code is an error code from docs/api.md. Every error that crosses the HTTP
 // boundary carries one; internal code uses them too so that the mapping to a
 // status code is decided once.
 type Code string

@@ -6,7 +6,7 @@ import (
 	"time"
 )
 
-// EventType names an event in a session's log (SPEC §3 "Event vocabulary").
+// EventType names an event in a session's log (docs/api.md "Event vocabulary").
 type EventType string
 
 // The event vocabulary.
@@ -68,7 +68,7 @@ const TimeFormat = time.RFC3339Nano
 // FormatTime writes t the way the wire wants it.
 func FormatTime(t time.Time) string { return t.UTC().Format(TimeFormat) }
 
-// MarshalJSON writes the SPEC §3 event JSON.
+// MarshalJSON writes the docs/api.md event JSON.
 func (e Event) MarshalJSON() ([]byte, error) {
 	j := eventJSON{Seq: e.Seq, ID: e.ID, SessionID: e.SessionID, Type: e.Type, Payload: e.Payload, CreatedAt: FormatTime(e.CreatedAt)}
 	if e.RunID != "" {
@@ -80,7 +80,7 @@ func (e Event) MarshalJSON() ([]byte, error) {
 	return json.Marshal(j)
 }
 
-// UnmarshalJSON reads the SPEC §3 event JSON.
+// UnmarshalJSON reads the docs/api.md event JSON.
 func (e *Event) UnmarshalJSON(b []byte) error {
 	var j eventJSON
 	if err := json.Unmarshal(b, &j); err != nil {
@@ -112,7 +112,7 @@ func NewEvent(t EventType, runID string, p any) Event {
 // DecodePayload unmarshals the event's payload into v.
 func (e Event) DecodePayload(v any) error { return json.Unmarshal(e.Payload, v) }
 
-// Payloads. Field tags follow SPEC §3: a key marked "?" in the SPEC is
+// Payloads. Field tags follow docs/api.md: a key marked "?" in the SPEC is
 // omitempty here; every other key is always written, as null when empty.
 
 // UserMessagePayload is the payload of user.message.

@@ -24,7 +24,7 @@ type SessionKey struct {
 // String renders the key for logs.
 func (k SessionKey) String() string { return k.Owner + "/" + k.ID }
 
-// RunStatus is the lifecycle state of a run (SPEC §2).
+// RunStatus is the lifecycle state of a run (docs/api.md).
 type RunStatus string
 
 // The run statuses. CREATED → QUEUED → RUNNING → one terminal status.
@@ -51,7 +51,7 @@ func (s RunStatus) Valid() bool {
 	return false
 }
 
-// Reason says why a run ended (SPEC §2).
+// Reason says why a run ended (docs/api.md).
 type Reason string
 
 // The stop reasons. stop, interrupted and max_steps end COMPLETED with a
@@ -106,7 +106,7 @@ type ToolCall struct {
 }
 
 // Hint marks a user-role message as a supplement or a subagent notice rather
-// than user input (SPEC §5). Providers render it as a clearly marked note.
+// than user input (docs/api.md). Providers render it as a clearly marked note.
 type Hint struct {
 	// ID is the supplement id (or the notice id).
 	ID string `json:"id"`
@@ -121,7 +121,7 @@ type Message struct {
 	Text string `json:"text,omitempty"`
 	// ToolCalls are the calls an assistant message makes. Every one of them
 	// MUST be answered by a RoleTool message before the next assistant or
-	// user message (transcript validity, SPEC §2).
+	// user message (transcript validity, docs/api.md).
 	ToolCalls []ToolCall `json:"tool_calls,omitempty"`
 	// ToolCallID is the call a RoleTool message answers.
 	ToolCallID string `json:"tool_call_id,omitempty"`
@@ -166,7 +166,7 @@ func (c Clock) Now() time.Time {
 }
 
 // WhenBusy says what a user.message does when the session's turn is held
-// (SPEC §3).
+// (docs/api.md).
 type WhenBusy string
 
 // The when_busy values. The empty value means WhenBusyReject.
@@ -192,7 +192,7 @@ func (w WhenBusy) Valid() bool {
 	return false
 }
 
-// StopMode is how user.interrupt stops a run (SPEC §3).
+// StopMode is how user.interrupt stops a run (docs/api.md).
 type StopMode string
 
 // The stop modes. The empty value means StopCancel.

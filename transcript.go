@@ -2,7 +2,7 @@ package rein
 
 import "fmt"
 
-// ValidateTranscript checks SPEC §2 "Transcript validity": every assistant
+// ValidateTranscript checks docs/api.md "Transcript validity": every assistant
 // tool call is answered by exactly one tool result before the next user or
 // assistant message, no tool result answers an unknown call, and a partial
 // assistant message never carries tool calls. Every provider can accept a
@@ -127,7 +127,7 @@ func RepairTranscript(msgs []Message) []Message {
 }
 
 // InDoubtToolOutput is the output of the error result that answers a tool
-// call that was executing when its instance was lost (SPEC §4): it may or
+// call that was executing when its instance was lost (docs/api.md): it may or
 // may not have taken effect, and Rein never runs it again.
 const InDoubtToolOutput = "in doubt: the call was executing when its instance was lost; it may or may not have taken effect, and it was not run again"
 

@@ -52,7 +52,7 @@ type Sink interface {
 // Journal is where a run's progress becomes durable. Each method is one
 // lifecycle transition of the run (DESIGN.md rule 5): one atomic write, so
 // a crash between two calls leaves the run at a step boundary it can be
-// resumed from (SPEC §4). Events a method records come after every event
+// resumed from (docs/api.md). Events a method records come after every event
 // emitted to the Sink before the call.
 type Journal interface {
 	// Load returns the transcript the run continues from: the session's
@@ -66,7 +66,7 @@ type Journal interface {
 	SaveInput(ctx context.Context, m rein.Message) error
 	// Consume moves the session's queued supplements into step: their
 	// consumed state, their hint messages in the transcript and their
-	// agent.supplement_consumed events are one write (SPEC §5). It returns
+	// agent.supplement_consumed events are one write (docs/api.md). It returns
 	// the hint messages, in push order (none: nil).
 	Consume(ctx context.Context, step int) ([]rein.Message, error)
 	// Pending reports how many supplements are queued.
@@ -75,7 +75,7 @@ type Journal interface {
 	// ended. With tool calls, the same write records their agent.tool_use
 	// events and, for the calls in confirm, the pending confirmations and
 	// their session.tool_confirmation_requested events, in the model's
-	// order (SPEC §6). From then on the step's request is never made again.
+	// order (docs/tools.md). From then on the step's request is never made again.
 	SaveStep(ctx context.Context, step int, asst rein.Message, confirm []rein.ToolCall) error
 	// SaveResult saves one tool result and its agent.tool_result event in
 	// one write, as soon as the call has finished: a call with a saved
@@ -100,7 +100,7 @@ type ConfirmRequest struct {
 	Input     json.RawMessage
 }
 
-// Confirmer holds tool calls until a human decides (SPEC §6).
+// Confirmer holds tool calls until a human decides (docs/tools.md).
 type Confirmer interface {
 	// Open registers interest in the answer to req before the request is
 	// recorded (Journal.SaveStep), so an answer given the moment it is
@@ -185,7 +185,7 @@ type Turn struct {
 	// stopping it (a server shutting down leaves such runs waiting).
 	ParkOnStop func() bool
 	// Attempt is 0 for a fresh run and 2, 3, … for a run resumed after its
-	// instance was lost (SPEC §4): the loop continues from what Load shows,
+	// instance was lost (docs/api.md): the loop continues from what Load shows,
 	// and a step whose model request is made again is announced with
 	// agent.step_restarted.
 	Attempt int
@@ -363,7 +363,7 @@ func (l *loop) run(ctx context.Context) Outcome {
 		lastText = st.text
 		asst := rein.Message{Role: rein.RoleAssistant, Text: st.text, ToolCalls: st.calls, RunID: l.t.RunID, Step: step}
 		if len(st.calls) == 0 {
-			// The final-step rule (SPEC §5): a supplement that arrived while
+			// The final-step rule (docs/api.md): a supplement that arrived while
 			// this request was in flight gets one more step in this run,
 			// also past MaxSteps.
 			n, err := l.pending(ctx)
@@ -627,7 +627,7 @@ func (l *loop) runTools(ctx context.Context, st *stepState) (Outcome, bool) {
 		if n == 0 {
 			// Only answers are awaited: park. The step stays open in the
 			// journal; the runtime takes the run up again when an answer
-			// comes (SPEC §6: confirmations are durable). A stop that has
+			// comes (docs/tools.md: confirmations are durable). A stop that has
 			// landed meanwhile is answered instead, unless the runtime says
 			// a stop now parks (a shutdown leaves such runs waiting).
 			if ctx.Err() != nil && (l.t.ParkOnStop == nil || !l.t.ParkOnStop()) {

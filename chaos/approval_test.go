@@ -19,7 +19,7 @@ import (
 	"github.com/reinhq/rein/client"
 )
 
-// The scenarios of this file are about SPEC §6 "Confirmations are
+// The scenarios of this file are about docs/tools.md "Confirmations are
 // durable": a run whose step waits only for confirmation answers is parked
 // in the store (RUNNING, holding the session's turn, no goroutine), and it
 // must survive a graceful shutdown, a kill -9 and the passing of its
@@ -46,12 +46,12 @@ const (
 	secondNote = "the second note"
 	// denyMessage is what the user says when denying.
 	denyMessage = "not in my notes, thank you"
-	// localOwner is the owner of single-user mode (SPEC §3).
+	// localOwner is the owner of single-user mode (docs/api.md).
 	localOwner = "local"
 )
 
 // TestApprovalSurvivesSIGTERM is scenario 1: a run waiting for a
-// confirmation is not interrupted by a graceful shutdown (SPEC §3
+// confirmation is not interrupted by a graceful shutdown (docs/api.md
 // "Shutdown"). After the restart the session is still busy with it, the
 // call is still pending and not asked again, a new message is refused, and
 // an allow runs the tool exactly once and completes the run.
@@ -395,7 +395,7 @@ func TestApprovalDeadlineWhileDown(t *testing.T) {
 			if evs := all(run, rein.EventUserToolConfirmation); len(evs) != 0 {
 				t.Errorf("unanswered call has user.tool_confirmation events:\n%s", dump(evs))
 			}
-			// The call the deadline cut short has an error result (SPEC §3:
+			// The call the deadline cut short has an error result (docs/api.md:
 			// matching the synthetic result in the transcript), and the tool
 			// never ran.
 			if res := resultOf(t, run, req.ToolUseID); !res.IsError {
@@ -591,7 +591,7 @@ func checkNotRepeated(t *testing.T, run []rein.Event) {
 	}
 }
 
-// sessionView is GET /api/sessions/{id} (SPEC §3), with the
+// sessionView is GET /api/sessions/{id} (docs/api.md), with the
 // pending_confirmations the client package does not decode.
 type sessionView struct {
 	ID                   string                `json:"id"`
@@ -646,7 +646,7 @@ func getSessionView(t *testing.T, p *proc, token, sid string) sessionView {
 	return v
 }
 
-// checkParked checks what a parked run looks like from outside (SPEC §6):
+// checkParked checks what a parked run looks like from outside (docs/tools.md):
 // the run is RUNNING, the session is busy with it and lists exactly the
 // pending calls, and a new message is refused with session_busy naming it.
 func checkParked(t *testing.T, p *proc, token, sid, runID string, pending ...request) {

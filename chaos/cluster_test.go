@@ -24,7 +24,7 @@ import (
 	"github.com/reinhq/rein/client"
 )
 
-// The scenarios of this file are about SPEC §4 "multiple instances": two
+// The scenarios of this file are about docs/api.md "multiple instances": two
 // real `rein serve` processes, A and B, share one PostgreSQL schema, each
 // with its own --instance-id and a short --lease-ttl. A run executes on A
 // (A accepted its user.message, so A holds the session's turn lease), and
@@ -51,7 +51,7 @@ const (
 	// applies at a renewal (TTL/3) or a takeover (the TTL). Measured, a
 	// pushed stop takes a few milliseconds.
 	stopBound = leaseTTL / 2
-	// pushBound is SPEC §4's "each within 1 s, pushed (never polled)" for
+	// pushBound is docs/api.md's "each within 1 s, pushed (never polled)" for
 	// supplements, confirmation answers and when_busy stops.
 	pushBound = time.Second
 	// resumeMargin is what B may need beyond the killed holder's lease
@@ -350,7 +350,7 @@ func checkEnded(t *testing.T, log []rein.Event, runID string, status rein.RunSta
 	t.Helper()
 	var run []rein.Event
 	for _, ev := range runEvents(log, runID) {
-		// A refused stop names the run it was for (SPEC §3: the envelope
+		// A refused stop names the run it was for (docs/api.md: the envelope
 		// run_id of user.interrupt is the requested id), and may come
 		// after the run's end: it is the user's request, not the run's.
 		var p rein.UserInterruptPayload
@@ -1022,7 +1022,7 @@ func TestClusterPause(t *testing.T) {
 // paused (SIGSTOP) while one of its database transactions on the session
 // is open — it holds the session's row locks (sessions, leases,
 // event_seqs: FOR UPDATE) and PostgreSQL, which sees a healthy idle
-// connection, keeps them. SPEC §4: A's lease expires after its TTL and B
+// connection, keeps them. docs/api.md: A's lease expires after its TTL and B
 // takes the run over within about that; B's writes to the session (here a
 // supplement) must not wait for a process that may never continue. The
 // moment is found by pausing A after each event it writes until

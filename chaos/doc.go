@@ -4,7 +4,7 @@
 // set), and killed with SIGKILL at the worst moments — mid-stream, mid-tool
 // — then started again on the same store.
 //
-// It exists because the promises of SPEC §4 (a lost instance's run is
+// It exists because the promises of docs/api.md (a lost instance's run is
 // resumed from its last saved step, a cut model request is made again and
 // announced by agent.step_restarted, a tool call that may have started is
 // answered in doubt and never run again, no acknowledged event is lost or
@@ -13,7 +13,7 @@
 // the kernel kills outright shows that nothing depends on a deferred call,
 // a flushed buffer or a goodbye to the database.
 //
-// The same holds for SPEC §6 "Confirmations are durable" (approval_test.go):
+// The same holds for docs/tools.md "Confirmations are durable" (approval_test.go):
 // a run parked on write_note confirmations is taken through a graceful
 // shutdown (SIGTERM, exit 0), a kill -9, an answer split across a restart,
 // an answer from another owner, and a deadline that passes while no server
@@ -28,7 +28,7 @@
 // the next call, and a configuration error reported as FILE:LINE: reason.
 //
 // cluster_test.go starts two `rein serve` processes (--instance-id A and B,
-// --lease-ttl 1s) on one PostgreSQL schema and checks SPEC §4 "multiple
+// --lease-ttl 1s) on one PostgreSQL schema and checks docs/api.md "multiple
 // instances" over HTTP: a stop, a when_busy message, a supplement and a
 // confirmation answer sent to B reach A's run (measured: milliseconds, not
 // a lease period); B's event stream shows A's run live, gap-free; B takes

@@ -38,7 +38,7 @@ const (
 
 // TestKillMidStream kills `rein serve` while a run's model request is
 // streaming, restarts it on the same store and checks that the run is
-// resumed (SPEC §4 "Instance loss"): the cut step is made again, announced
+// resumed (docs/api.md "Instance loss"): the cut step is made again, announced
 // by agent.step_restarted attempt 2, the run completes once, and nothing a
 // client had read is lost or rewritten. Then the session takes a new
 // message (scenario 3).
@@ -114,7 +114,7 @@ func TestKillMidStream(t *testing.T) {
 
 // TestKillMidTool kills `rein serve` while a tool call runs, restarts it
 // on the same store and checks that the run is resumed after the step
-// (SPEC §4): the call is answered in doubt, exactly once, and never run
+// (docs/api.md): the call is answered in doubt, exactly once, and never run
 // again, the model's next step sees that answer, and the run completes
 // once. Then the session takes a new message (scenario 3).
 func TestKillMidTool(t *testing.T) {

@@ -19,8 +19,8 @@ import (
 	"github.com/reinhq/rein/client"
 )
 
-// The scenarios of this file are about SPEC §10 (agents and MCP servers of
-// the configuration file) and the MCP half of SPEC §4's idempotency keys,
+// The scenarios of this file are about docs/tools.md (agents and MCP servers of
+// the configuration file) and the MCP half of docs/api.md's idempotency keys,
 // against a real `rein serve --config` whose MCP server "calc" is a real
 // stdio process: the test server of package mcp
 // (tool/mcp/internal/testserver/cmd/testserver), built once by path. The
@@ -210,7 +210,7 @@ func checkFinal(t *testing.T, run []rein.Event, runID, want string) {
 
 // checkAdd checks a run of mcpAddInput on an agent that allows calc: the
 // sum in step 1, then in step 2 the idempotency key the server received,
-// which is the call's tool_use_id (SPEC §4).
+// which is the call's tool_use_id (docs/api.md).
 func checkAdd(t *testing.T, run []rein.Event, runID string) {
 	t.Helper()
 	add := callsOf(t, run, runID, "calc__add", 1)[0]

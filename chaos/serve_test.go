@@ -180,7 +180,7 @@ type serveOptions struct {
 	tokens string
 	// token is the bearer token proc.client sends (with tokens set).
 	token string
-	// config is the --config file (agents and MCP servers, SPEC §10); ""
+	// config is the --config file (agents and MCP servers, docs/tools.md); ""
 	// is the single agent default built from the flags.
 	config string
 	// instance is the --instance-id ("" : the server picks a fresh one).
@@ -301,7 +301,7 @@ func (p *proc) kill() {
 	<-p.done
 }
 
-// term sends SIGTERM (a graceful shutdown, SPEC §3 "Shutdown") and waits,
+// term sends SIGTERM (a graceful shutdown, docs/api.md "Shutdown") and waits,
 // bounded by ctx, until the process has exited; it fails the test unless
 // the process exits 0.
 func (p *proc) term(ctx context.Context, t *testing.T) {

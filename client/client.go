@@ -1,4 +1,4 @@
-// Package client is a Go client of Rein's HTTP API (SPEC §3): sessions,
+// Package client is a Go client of Rein's HTTP API (docs/api.md): sessions,
 // runs, submitting events, reading them page by page, and following them
 // live over Server-Sent Events.
 //
@@ -76,7 +76,7 @@ func WithBackoff(b Backoff) Option { return func(c *Client) { c.backoff = b } }
 
 // DefaultIdleTimeout is how long an event stream waits without receiving
 // a single byte before it treats the connection as dead and reconnects.
-// The server sends a comment at least every 15 s (SPEC §3), so silence for
+// The server sends a comment at least every 15 s (docs/api.md), so silence for
 // four times that means a half-open connection, not a quiet session.
 const DefaultIdleTimeout = 60 * time.Second
 
@@ -110,7 +110,7 @@ func New(baseURL string, opts ...Option) *Client {
 // BaseURL returns the server root the client talks to.
 func (c *Client) BaseURL() string { return c.base }
 
-// Error is a non-2xx answer of the server (SPEC §3 "Errors"). It matches
+// Error is a non-2xx answer of the server (docs/api.md "Errors"). It matches
 // the rein sentinels of its code: errors.Is(err, rein.ErrSessionBusy).
 type Error struct {
 	// Status is the HTTP status code.

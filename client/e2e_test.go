@@ -282,7 +282,7 @@ func TestE2ESessionsAndRuns(t *testing.T) {
 	}
 }
 
-// TestE2EEventTable exercises every row of SPEC §3's submitted-event table
+// TestE2EEventTable exercises every row of docs/api.md's submitted-event table
 // through the client's typed helpers, and checks the events each one logs.
 func TestE2EEventTable(t *testing.T) {
 	s := newStack(t, nil)

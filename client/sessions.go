@@ -10,7 +10,7 @@ import (
 	"github.com/reinhq/rein"
 )
 
-// Session is a session as the server describes it (SPEC §3 "Sessions").
+// Session is a session as the server describes it (docs/api.md "Sessions").
 type Session struct {
 	// ID is the session id.
 	ID string `json:"id"`
@@ -137,7 +137,7 @@ func (c *Client) GetRun(ctx context.Context, sessionID, runID string) (*Run, err
 	return &r, nil
 }
 
-// Subagent is a direct subagent child of a session (SPEC §7).
+// Subagent is a direct subagent child of a session (docs/api.md).
 type Subagent struct {
 	// ID is the child's id, which is its session id.
 	ID string `json:"id"`

@@ -41,7 +41,7 @@ var ErrClosed = errors.New("rein client: event stream closed")
 // does ErrClosed after Close and the context's error after its
 // cancellation; every later call returns the same error.
 //
-// Closing a stream never affects any run (SPEC §3).
+// Closing a stream never affects any run (docs/api.md).
 type EventStream struct {
 	c         *Client
 	sessionID string

@@ -1,4 +1,4 @@
-// Package config reads Rein's configuration file, rein.yaml (SPEC §10): the
+// Package config reads Rein's configuration file, rein.yaml (docs/tools.md): the
 // agents a server offers (model, system prompt, the tools each may call and
 // which of them need confirmation, a step budget) and the MCP servers whose
 // tools they may use.
@@ -27,11 +27,11 @@ import (
 const DefaultAgent = "default"
 
 // DefaultMaxSteps is the step budget used when Options.DefaultMaxSteps is
-// not set (SPEC §9 `--max-steps`).
+// not set (docs/cli.md `--max-steps`).
 const DefaultMaxSteps = 25
 
 // ToolSeparator joins an MCP server's name and one of its tools' names into
-// the name the model sees: "calc" + "__" + "add" = "calc__add" (SPEC §10).
+// the name the model sees: "calc" + "__" + "add" = "calc__add" (docs/tools.md).
 const ToolSeparator = "__"
 
 // Options are what the configuration file does not say itself: the

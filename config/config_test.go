@@ -17,7 +17,7 @@ import (
 )
 
 // builtins are the tools Rein has before any MCP server is connected
-// (SPEC §7, §8, §10); cmd/rein passes the registry's names.
+// (docs/api.md, §8, §10); cmd/rein passes the registry's names.
 var builtins = []string{
 	"sleep", "write_note", "list_files", "read_file", "write_file",
 	"spawn_agent", "send_message", "list_agents", "interrupt_agent",

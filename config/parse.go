@@ -15,7 +15,7 @@ import (
 	"go.yaml.in/yaml/v3"
 )
 
-// The keys each level of the file may have (SPEC §10).
+// The keys each level of the file may have (docs/tools.md).
 var (
 	topKeys    = []string{"agents", "mcp_servers"}
 	agentKeys  = []string{"model", "system", "tools", "confirm", "max_steps"}

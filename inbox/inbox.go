@@ -1,5 +1,5 @@
 // Package inbox is how a note typed while a run works ("by the way, use
-// metric units") reaches that run's very next model request (SPEC §5).
+// metric units") reaches that run's very next model request (docs/api.md).
 //
 // A supplement is pushed into the inbox of an (owner, session), read at the
 // start of each agent step and put into that same step's request as a

@@ -51,7 +51,7 @@ type Request struct {
 	MaxTokens int
 
 	// RunID, Step and Input describe where the request comes from. Real
-	// providers ignore them; the scripted model uses them (SPEC §8: .Step,
+	// providers ignore them; the scripted model uses them (docs/models.md: .Step,
 	// .Input, and .Hints = hint messages of this run and step).
 	RunID string
 	Step  int

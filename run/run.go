@@ -59,7 +59,7 @@ type Options struct {
 	// Session is the (owner, session) whose lane the run waits in.
 	Session rein.SessionKey
 	// Timeout, when positive, is the run's deadline measured from Start:
-	// queue time plus execution (SPEC §2).
+	// queue time plus execution (docs/api.md).
 	Timeout time.Duration
 	// Deadline, when non-zero, is an absolute deadline (the earlier of the
 	// two applies). A run whose deadline passed before Start ends
@@ -277,7 +277,7 @@ func (r *Run) expireQueued() {
 	r.finishUnstarted()
 }
 
-// Cancel stops the run immediately (SPEC §2): a CREATED run never starts, a
+// Cancel stops the run immediately (docs/api.md): a CREATED run never starts, a
 // QUEUED run leaves its lane without disturbing the runs around it, a
 // RUNNING run's context is cancelled at once. It returns whether this call
 // caused the cancellation: false if the run is terminal, already cancelled,
@@ -366,7 +366,7 @@ func (r *Run) Expire() bool {
 	return true
 }
 
-// Interrupt asks a RUNNING run to stop cooperatively (SPEC §2): its work
+// Interrupt asks a RUNNING run to stop cooperatively (docs/api.md): its work
 // context is cancelled at once and its Func takes the interrupt path; the
 // run ends COMPLETED with reason interrupted. On a CREATED or QUEUED run it
 // is a Cancel. msg is recorded, never treated as user input. It returns

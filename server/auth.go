@@ -14,7 +14,7 @@ import (
 // configured).
 const LocalOwner = "local"
 
-// LoadTokens reads a tokens file (SPEC §9): see ParseTokens.
+// LoadTokens reads a tokens file (docs/cli.md): see ParseTokens.
 func LoadTokens(path string) (map[string]string, error) {
 	f, err := os.Open(path)
 	if err != nil {

@@ -11,7 +11,7 @@ import (
 	"github.com/reinhq/rein/sessions"
 )
 
-// Batch limits (SPEC §3).
+// Batch limits (docs/api.md).
 const (
 	// MaxBodyBytes bounds a request body.
 	MaxBodyBytes = 1 << 20
@@ -232,7 +232,7 @@ func (p payload) interrupt() (sessions.InterruptRequest, error) {
 	var req sessions.InterruptRequest
 	// run_id absent stops the session's current run; present, it must
 	// name a run: "", null or a non-string would silently turn an exact
-	// stop into a session-wide one, so they are refused (SPEC §3).
+	// stop into a session-wide one, so they are refused (docs/api.md).
 	if raw, ok := p.fields["run_id"]; ok {
 		var id string
 		if kind(raw) != '"' || json.Unmarshal(raw, &id) != nil || id == "" {
@@ -287,7 +287,7 @@ func (p payload) confirmation() (sessions.ConfirmRequest, error) {
 	if err != nil {
 		return req, err
 	}
-	// denyMessage is an accepted alias (SPEC §3). Given both, they must
+	// denyMessage is an accepted alias (docs/api.md). Given both, they must
 	// agree: picking one silently would hide a client bug.
 	alias, err := p.str("denyMessage", false, false)
 	if err != nil {

@@ -10,7 +10,7 @@ import (
 	"github.com/reinhq/rein"
 )
 
-// errorBody is the SPEC §3 error object.
+// errorBody is the docs/api.md error object.
 type errorBody struct {
 	Code    rein.Code `json:"code"`
 	Message string    `json:"message"`

@@ -21,7 +21,7 @@ import (
 // how far a cut-short batch got.
 const applyTimeout = 30 * time.Second
 
-// Page sizes of GET .../events (SPEC §3).
+// Page sizes of GET .../events (docs/api.md).
 const (
 	defaultEventLimit = 100
 	maxEventLimit     = 1000
@@ -48,7 +48,7 @@ func (s *Server) readyz(w http.ResponseWriter, r *http.Request) {
 
 // ------------------------------------------------------------- JSON shapes
 
-// sessionJSON is a session in lists (SPEC §3).
+// sessionJSON is a session in lists (docs/api.md).
 type sessionJSON struct {
 	ID              string          `json:"id"`
 	CreatedAt       string          `json:"created_at"`
@@ -90,7 +90,7 @@ func toSessionJSON(s *store.Session) sessionJSON {
 	return sessionJSON{ID: s.ID, CreatedAt: rein.FormatTime(s.CreatedAt), Metadata: md, ParentSessionID: optional(s.ParentID), Agent: agentName}
 }
 
-// runJSON is a run (SPEC §3); reason and times are null until they apply.
+// runJSON is a run (docs/api.md); reason and times are null until they apply.
 type runJSON struct {
 	RunID     string         `json:"run_id"`
 	Status    rein.RunStatus `json:"status"`
@@ -254,7 +254,7 @@ func (s *Server) getSession(w http.ResponseWriter, r *http.Request) {
 }
 
 // subagentJSON is a direct child in GET /api/sessions/{id}/subagents
-// (SPEC §7).
+// (docs/api.md).
 type subagentJSON struct {
 	ID              string  `json:"id"`
 	Label           string  `json:"label"`
@@ -400,7 +400,7 @@ func (s *Server) postEvents(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, http.StatusOK, map[string]any{"results": results})
 }
 
-// Results of the events of a batch (SPEC §3).
+// Results of the events of a batch (docs/api.md).
 type (
 	messageResult struct {
 		RunID  string         `json:"run_id"`

@@ -100,7 +100,7 @@ func (r reply) json(t testing.TB) map[string]any {
 }
 
 // errorCode returns error.code of an error body, failing the test when the
-// body is not the SPEC §3 error shape.
+// body is not the docs/api.md error shape.
 func (r reply) errorCode(t testing.TB) string {
 	t.Helper()
 	v := r.json(t)
@@ -426,7 +426,7 @@ func (s *stack) completion(token, sid, runID string) rein.RunCompletedPayload {
 	return p
 }
 
-// checkLog checks SPEC §3's log invariants: seqs 1..n without gaps, and
+// checkLog checks docs/api.md's log invariants: seqs 1..n without gaps, and
 // every run that started completed exactly once, as its last event.
 func checkLog(t testing.TB, evs []rein.Event) {
 	t.Helper()

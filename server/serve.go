@@ -18,7 +18,7 @@ const drainSlack = 30 * time.Second
 
 // Serve starts the service (resuming queued runs and recovering lost
 // ones), serves HTTP on ln until ctx is done, then shuts down gracefully
-// (SPEC §3 Shutdown):
+// (docs/api.md Shutdown):
 //
 //  1. stop admitting: new sessions, messages and supplements get 503
 //     unavailable and /readyz fails (reads and stops keep working);

@@ -1,4 +1,4 @@
-// Package server is Rein's HTTP API (SPEC §3): sessions, runs, submitted
+// Package server is Rein's HTTP API (docs/api.md): sessions, runs, submitted
 // events, the event log by page and as Server-Sent Events, bearer-token
 // authentication, health and Prometheus metrics, and the graceful shutdown
 // of `rein serve`.
@@ -161,7 +161,7 @@ func New(cfg Config) (*Server, error) {
 	s.handle("POST", "/api/sessions/{id}/events", false, s.postEvents)
 	s.handle("GET", "/api/sessions/{id}/events", false, s.listEvents)
 	s.handle("GET", "/api/sessions/{id}/events/stream", false, s.streamEvents)
-	// The web console (SPEC §11): GET / and its assets under /console/,
+	// The web console (docs/console.md): GET / and its assets under /console/,
 	// public like /healthz. Registered on the mux directly, not with
 	// handle: Routes lists the API that docs/openapi.yaml documents, and
 	// the console is a client of that API, not a part of it.
@@ -358,7 +358,7 @@ func (s *Server) noRoute(w http.ResponseWriter, r *http.Request) {
 	}
 	w.Header().Set("Allow", strings.Join(allow, ", "))
 	status, body := http.StatusMethodNotAllowed, errorBody{
-		// SPEC §3 has no code of its own for this; the request is what is
+		// docs/api.md has no code of its own for this; the request is what is
 		// wrong, so it is invalid_argument (decision 0050).
 		Code:    rein.CodeInvalidArgument,
 		Message: "method " + r.Method + " is not allowed on " + r.URL.Path + "; allowed: " + strings.Join(allow, ", "),

@@ -23,7 +23,7 @@ type RunEnd struct {
 	Reply *string
 }
 
-// ChildRequest creates a subagent child session (SPEC §7: a child is a
+// ChildRequest creates a subagent child session (docs/api.md: a child is a
 // session of the same owner with a parent and a persisted descriptor).
 type ChildRequest struct {
 	// ID is the caller-chosen child id ("" → a fresh session id). A taken
@@ -127,7 +127,7 @@ func (s *Service) runEnded(key rein.SessionKey, runID string, status rein.RunSta
 	}()
 }
 
-// Flush is the store's flush barrier for a session (SPEC §7).
+// Flush is the store's flush barrier for a session (docs/api.md).
 func (s *Service) Flush(ctx context.Context, key rein.SessionKey) (bool, error) {
 	return s.st.Flush(ctx, key)
 }

@@ -400,7 +400,7 @@ func (lc *lifecycle) recoverLost(tx store.Tx, r *store.RunRecord, now time.Time,
 		return lc.writeEnd(tx, r, endState{reason: reason, errText: errText, msgs: msgs, evs: evs, usage: r.Usage}, now, 0)
 	}
 	// A run waiting for confirmations is not resumed or failed: it goes on
-	// waiting (SPEC §6); taking it up again is no resume and spends none.
+	// waiting (docs/tools.md); taking it up again is no resume and spends none.
 	waiting := false
 	for _, c := range unanswered {
 		if cf := byID[c.ID]; cf != nil && (cf.State == store.ConfirmationPending || cf.State == store.ConfirmationAllowed) {

@@ -34,7 +34,7 @@ import (
 // by run id (current, queued, ended, unknown, another session's) and
 // without, supplements, runs let finish, bursts of these without waiting in
 // between, and crashes of the instance followed by a restart on the same
-// store — and checks the run lifecycle's promises (SPEC §2–§4) against the
+// store — and checks the run lifecycle's promises (docs/api.md–§4) against the
 // store's run records and the event log after every action:
 //
 //  1. at most one RUNNING run per session, and at most one run between its
@@ -747,7 +747,7 @@ func (w *world) restart(snap snapshot) {
 	w.faulty.Kill()
 	w.svc.Close()
 	// The crashed instance's leases expire: time passes by the stores'
-	// clock, which is the one leases are judged by (SPEC §4).
+	// clock, which is the one leases are judged by (docs/api.md).
 	w.clk.jump(propertyTTL + time.Millisecond)
 	w.start()
 	w.settle()

@@ -64,7 +64,7 @@ func (s *Service) reapLoop() {
 	}
 }
 
-// Drain shuts the service down gracefully (SPEC §3 Shutdown): it stops
+// Drain shuts the service down gracefully (docs/api.md Shutdown): it stops
 // admitting work, interrupts running runs cooperatively, cancels those still
 // running after timeout, leaves queued runs queued in the store, waits until
 // every ended run's session.run_completed is recorded, and flushes. ctx

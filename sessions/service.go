@@ -46,7 +46,7 @@ type Config struct {
 	// lease is renewed every TTL/3.
 	LeaseTTL time.Duration
 	// ResumeAttempts is how often a run whose instance was lost is resumed
-	// (SPEC §4) before it ends FAILED "instance lost". Negative means none;
+	// (docs/api.md) before it ends FAILED "instance lost". Negative means none;
 	// zero means the default, 2.
 	ResumeAttempts int
 	// InterruptGrace is how long when_busy=interrupt waits for the
@@ -68,7 +68,7 @@ type Config struct {
 	// subagent settlement hangs on. A crash can skip it; its user catches
 	// up after a restart (subagent.Manager.Reconcile).
 	OnRunEnd func(ctx context.Context, end RunEnd)
-	// Agents are the configured agents by name (SPEC §10); each session
+	// Agents are the configured agents by name (docs/tools.md); each session
 	// runs with one (CreateSessionRequest.Agent, default DefaultAgent).
 	// Nil means one agent, DefaultAgent, made of Agent and System.
 	Agents map[string]*Agent
@@ -294,7 +294,7 @@ type SessionInfo struct {
 	QueuedRunIDs []string
 	LastSeq      int64
 	// PendingConfirmations are the calls waiting for an answer, oldest
-	// first (they survive restarts: SPEC §6).
+	// first (they survive restarts: docs/tools.md).
 	PendingConfirmations []*store.Confirmation
 }
 

@@ -35,7 +35,7 @@ type MessageResult struct {
 }
 
 // SendMessage starts a run for a user message, or queues it, or rejects it
-// with session_busy (SPEC §3 user.message). The busy decision, the run and
+// with session_busy (docs/api.md user.message). The busy decision, the run and
 // its events, and the run a when_busy interrupt or rollback stops, are one
 // write (lifecycle.admit): the run stopped is always one that held the turn
 // before this message, never the one it starts.
@@ -161,7 +161,7 @@ type InterruptResult struct {
 }
 
 // Interrupt stops one run exactly (by id) or the session's current run
-// (SPEC §3 user.interrupt). It never touches another run: a run id that is
+// (docs/api.md user.interrupt). It never touches another run: a run id that is
 // terminal, unknown or of another session is answered accepted=false. The
 // request is logged once, before the stopped run's end.
 func (s *Service) Interrupt(ctx context.Context, key rein.SessionKey, req InterruptRequest) (InterruptResult, error) {
@@ -275,7 +275,7 @@ type SupplementResult struct {
 	Created bool
 }
 
-// Supplement pushes a note into the session's inbox (SPEC §5). The
+// Supplement pushes a note into the session's inbox (docs/api.md). The
 // supplement and its user.supplement event are one write, durable when this
 // returns; a repeat with the same id writes nothing.
 func (s *Service) Supplement(ctx context.Context, key rein.SessionKey, req SupplementRequest) (SupplementResult, error) {
@@ -320,7 +320,7 @@ type ConfirmRequest struct {
 	DenyMessage *string
 }
 
-// ConfirmTool answers a pending tool confirmation (SPEC §6): not_found for
+// ConfirmTool answers a pending tool confirmation (docs/tools.md): not_found for
 // an unknown id, conflict when it is no longer pending. The answer and its
 // user.tool_confirmation event are one write; then the waiting run is woken.
 func (s *Service) ConfirmTool(ctx context.Context, key rein.SessionKey, req ConfirmRequest) (*store.Confirmation, error) {
@@ -353,7 +353,7 @@ func (s *Service) ConfirmTool(ctx context.Context, key rein.SessionKey, req Conf
 }
 
 // SetSystem replaces the session's system-prompt override for later runs
-// (SPEC §3 system.message); the current run is not changed.
+// (docs/api.md system.message); the current run is not changed.
 func (s *Service) SetSystem(ctx context.Context, key rein.SessionKey, text string) error {
 	if _, err := s.st.GetSession(ctx, key); err != nil {
 		return err

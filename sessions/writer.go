@@ -15,7 +15,7 @@ import (
 // Emit queues and returns; one drain goroutine at a time appends whatever
 // has queued since its last append, so a burst of streamed deltas costs one
 // durable append per batch rather than one per chunk, and consecutive
-// deltas of the same step are coalesced into one event (SPEC §3 allows
+// deltas of the same step are coalesced into one event (docs/api.md allows
 // it). Order is kept: events are appended in Emit order. A failed append is
 // remembered and returned by the next Emit and by Flush.
 type writer struct {

@@ -8,7 +8,7 @@ import (
 	"github.com/reinhq/rein"
 )
 
-// FlushRegistry implements Flusher (the flush barrier of SPEC §7) for any
+// FlushRegistry implements Flusher (the flush barrier of docs/api.md) for any
 // backend: backends embed it so that every Store offers the same barrier
 // semantics without re-deriving the error rules. The zero value is ready
 // to use; a FlushRegistry must not be copied after first use.

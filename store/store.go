@@ -75,7 +75,7 @@ type Session struct {
 func (s *Session) Key() rein.SessionKey { return rein.SessionKey{Owner: s.Owner, ID: s.ID} }
 
 // SubagentDescriptor is what a continuable subagent child needs to be
-// resumed from storage (SPEC §7).
+// resumed from storage (docs/api.md).
 type SubagentDescriptor struct {
 	Agent      string   `json:"agent"`
 	Label      string   `json:"label"`
@@ -175,7 +175,7 @@ type RunRecord struct {
 	// (the last of these). Never shown to clients.
 	Instance string
 	// Resumes counts how often the run was resumed after its instance was
-	// lost (SPEC §4); a run is resumed at most the configured number of
+	// lost (docs/api.md); a run is resumed at most the configured number of
 	// times.
 	Resumes int
 	// Stop is a stop requested for the run and not yet applied by the
@@ -290,8 +290,8 @@ const (
 	SupplementConsumed SupplementStatus = "consumed"
 )
 
-// Supplement is a note in a session's inbox (SPEC §5), or a subagent notice
-// delivered like one (SPEC §7).
+// Supplement is a note in a session's inbox (docs/api.md), or a subagent notice
+// delivered like one (docs/api.md).
 type Supplement struct {
 	Owner     string
 	SessionID string
@@ -345,7 +345,7 @@ const (
 	ConfirmationStarted ConfirmationState = "started"
 )
 
-// Confirmation is a tool call waiting for a human yes/no (SPEC §6).
+// Confirmation is a tool call waiting for a human yes/no (docs/tools.md).
 type Confirmation struct {
 	Owner       string
 	SessionID   string
@@ -381,7 +381,7 @@ type Confirmations interface {
 
 // ------------------------------------------------------------------ leases
 
-// Lease is a session's turn lease (SPEC §4): at most one run of a session
+// Lease is a session's turn lease (docs/api.md): at most one run of a session
 // holds it at a time, across every instance sharing the store.
 type Lease struct {
 	Owner     string
@@ -569,7 +569,7 @@ type Tx interface {
 // (a replica, an archive). It returns when done.
 type FlushListener func(ctx context.Context, key rein.SessionKey) error
 
-// Flusher is the flush barrier of SPEC §7.
+// Flusher is the flush barrier of docs/api.md.
 type Flusher interface {
 	// AddFlushListener registers l and returns a function that removes it.
 	AddFlushListener(l FlushListener) (remove func())

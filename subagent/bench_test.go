@@ -191,7 +191,7 @@ func BenchmarkSpawnToRunStarted(b *testing.B) {
 // steered: a durable user.supplement, source "parent") to the child's
 // agent.supplement_consumed of that supplement, as a reader of the
 // child's log sees it. A supplement is read at the start of a step
-// (SPEC §5), so the hold is released as soon as Followup has answered:
+// (docs/api.md), so the hold is released as soon as Followup has answered:
 // the span is the followup's acceptance, plus the tool's return (a
 // channel close) and its result's write, plus the next step's inbox
 // read — everything but the tool's own run time. Also reported:

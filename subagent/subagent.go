@@ -1,6 +1,6 @@
 // Package subagent lets an agent delegate, and lets that delegated
 // conversation be continued later — minutes or days — from any instance
-// (SPEC §7).
+// (docs/api.md).
 //
 // The design that keeps it small: a child is a session (a parent and a
 // persisted descriptor) and an activation is a run of it. So children get
@@ -27,7 +27,7 @@ import (
 	"github.com/reinhq/rein/store"
 )
 
-// Error codes of failed subagent operations (SPEC §7), as the model reads
+// Error codes of failed subagent operations (docs/api.md), as the model reads
 // them in an error tool result.
 const (
 	CodeNotResumable   = "not_resumable"
@@ -245,7 +245,7 @@ func (m *Manager) StartContinuable(ctx context.Context, parent rein.SessionKey, 
 // Route says how a followup was delivered.
 type Route string
 
-// The routes of SPEC §7.
+// The routes of docs/api.md.
 const (
 	// RouteSteered: an activation was running (or queued); the content
 	// reaches its next step as a supplement (source "parent").

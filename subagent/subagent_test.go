@@ -797,7 +797,7 @@ func TestSettlementOutputOfStoppedActivations(t *testing.T) {
 
 // A notice that arrives while the parent's final model request is in
 // flight is not left behind: the parent's run makes one more step that
-// carries it (SPEC §5 final-step rule, §7).
+// carries it (docs/api.md final-step rule, §7).
 func TestNoticeDuringParentsFinalStep(t *testing.T) {
 	w := newWorld(t, openMemory(t), subagent.Options{}, nil)
 	parent := w.root("alice")

@@ -9,7 +9,7 @@ import (
 	"github.com/reinhq/rein/tool"
 )
 
-// The model-facing tools (SPEC §7).
+// The model-facing tools (docs/api.md).
 const (
 	ToolSpawn     = "spawn_agent"
 	ToolSend      = "send_message"

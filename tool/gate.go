@@ -23,7 +23,7 @@ type Decision struct {
 // no GateMemory option is given.
 const DefaultGateMemory = 10000
 
-// Gate holds tool calls until a human allows or denies them (SPEC §6),
+// Gate holds tool calls until a human allows or denies them (docs/tools.md),
 // within one process: the run opens a Pending before it announces the
 // request, waits on it, and whoever answers resolves it by (session,
 // tool_use_id).

@@ -38,7 +38,7 @@ type RegistryOptions struct {
 	// error.
 	Timeouts map[string]time.Duration
 	// Confirm, when not nil, replaces the default set of tools that need a
-	// human's confirmation (those whose Spec.Confirm is true): SPEC §9
+	// human's confirmation (those whose Spec.Confirm is true): docs/cli.md
 	// --confirm. A pointer to an empty list confirms nothing. Naming an
 	// unregistered tool is an error, so a typo cannot silently turn a
 	// confirmation off.
@@ -225,7 +225,7 @@ func (r *Registry) Filter(names []string) *Registry {
 }
 
 // NeedsConfirmation reports whether a call of the named tool must be
-// confirmed by a human before it runs (SPEC §6). Unknown names report
+// confirmed by a human before it runs (docs/tools.md). Unknown names report
 // false: Execute refuses them anyway.
 func (r *Registry) NeedsConfirmation(name string) bool {
 	e, ok := r.entries[name]

@@ -2,7 +2,7 @@
 // registry that validates input against each tool's JSON Schema and turns
 // every failure (unknown tool, bad input, timeout, panic) into an error
 // result the model can read, and the confirmation gate that holds a call
-// until a human allows or denies it (SPEC §6).
+// until a human allows or denies it (docs/tools.md).
 package tool
 
 import (

@@ -6,7 +6,7 @@ import (
 )
 
 // parseFlags parses args into fs, then fills every flag not given on the
-// command line from its REIN_* environment variable (SPEC §9: a flag wins
+// command line from its REIN_* environment variable (docs/cli.md: a flag wins
 // over its variable). It returns an error naming a bad variable.
 func parseFlags(fs *flag.FlagSet, args []string, lookupEnv func(string) (string, bool)) error {
 	if err := fs.Parse(args); err != nil {

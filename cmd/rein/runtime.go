@@ -92,7 +92,7 @@ func (r *runtime) Close() {
 	r.st.Close()
 }
 
-// builtinTools are the tools every agent may be offered (SPEC §8).
+// builtinTools are the tools every agent may be offered (docs/models.md).
 func builtinTools() []tool.Tool { return append(builtin.All(), workspace.Tools()...) }
 
 // buildRuntime reads the configuration, opens the models, the MCP servers

@@ -19,7 +19,7 @@ import (
 	"github.com/reinhq/rein/server"
 )
 
-// cmdServe is `rein serve`: the HTTP API of SPEC §3 on one listener until
+// cmdServe is `rein serve`: the HTTP API of docs/api.md on one listener until
 // SIGINT or SIGTERM, then a graceful shutdown (exit 0).
 func cmdServe(ctx context.Context, args []string, io stdio) int {
 	fs := flag.NewFlagSet("rein serve", flag.ContinueOnError)

@@ -46,7 +46,7 @@ const Forms = `demo | scripted:PATH | openai:NAME | ollama:NAME | anthropic:NAME
 // Open resolves spec:
 //
 //	demo            the offline demo model (scripted.Demo)
-//	scripted:PATH   a script file (SPEC §8)
+//	scripted:PATH   a script file (docs/models.md)
 //	openai:NAME     OpenAI Chat Completions, or any compatible server:
 //	                OPENAI_API_KEY (needed unless OPENAI_BASE_URL is set),
 //	                OPENAI_BASE_URL (default https://api.openai.com/v1)

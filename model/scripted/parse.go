@@ -44,7 +44,7 @@ func (e *ParseError) Error() string {
 	return b.String()
 }
 
-// templateFields are the fields a step's templates may use (SPEC §8).
+// templateFields are the fields a step's templates may use (docs/models.md).
 var templateFields = []string{"Input", "Step", "Hints", "ToolResult", "System", "Turns"}
 
 // parser walks the YAML node tree, which keeps line numbers (JSON is parsed

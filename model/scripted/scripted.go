@@ -1,5 +1,5 @@
 // Package scripted is a deterministic model.Model driven by a script file
-// (SPEC §8), and the home of Rein's offline demo model.
+// (docs/models.md), and the home of Rein's offline demo model.
 //
 // It exists so that everything above the model — the agent loop, streaming,
 // interrupts, confirmations, supplements, subagents — can be exercised
@@ -22,7 +22,7 @@
 //	      - text: "done: {{.ToolResult}}"
 //	      - error: "upstream exploded"   # this request fails with exactly this message
 //
-// Additions to SPEC §8, all backwards compatible:
+// Additions to docs/models.md, all backwards compatible:
 //   - error: the request streams its text (if any) and then Recv fails with
 //     a *StepError whose text is the message verbatim; a step with error has
 //     no tool_calls.
@@ -144,7 +144,7 @@ func Demo() *Model {
 // Name is "scripted:PATH", or "demo" for the demo model.
 func (m *Model) Name() string { return m.name }
 
-// templateData is what a step's templates see (SPEC §8).
+// templateData is what a step's templates see (docs/models.md).
 type templateData struct {
 	Input      string
 	Step       int

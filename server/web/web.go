@@ -1,4 +1,4 @@
-// Package web is Rein's web console (SPEC §11): a single page, served by
+// Package web is Rein's web console (docs/console.md): a single page, served by
 // `rein serve` at `/`, that lists sessions and shows and controls every
 // run of one — streamed replies, stops by run id, queueing, notes,
 // approvals, tool calls, subagents and run history.

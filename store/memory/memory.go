@@ -124,7 +124,7 @@ func errLeaseLost() error {
 }
 
 // errBusy reports a live lease. Only the run id: which instance holds the
-// turn is never revealed (SPEC §3).
+// turn is never revealed (docs/api.md).
 func errBusy(runID string) error {
 	return &rein.Error{Code: rein.CodeSessionBusy, Message: "the session's turn is held by a run whose lease has not expired", RunID: runID}
 }

@@ -60,7 +60,7 @@ type Options struct {
 	// Lease expiry is another matter: with Clock nil it is judged by the
 	// database's clock — now(), the start of the judging transaction — so
 	// that instances whose own clocks disagree still agree on who holds a
-	// turn and when it lapses (SPEC §4: "expired by the store's clock").
+	// turn and when it lapses (docs/api.md: "expired by the store's clock").
 	// A set Clock replaces the database's clock for leases too, which is
 	// what tests driving time by hand (storetest) need; instances sharing
 	// a database must then share that clock.
@@ -119,7 +119,7 @@ const (
 // Store is the PostgreSQL implementation of store.Store. It is safe for
 // concurrent use; Close it when done.
 type Store struct {
-	// FlushRegistry provides the flush barrier (SPEC §7): durability
+	// FlushRegistry provides the flush barrier (docs/api.md): durability
 	// listeners are in-process code, the same for every backend.
 	store.FlushRegistry
 

@@ -53,7 +53,7 @@ func (tx *wtx) acquireLease(key rein.SessionKey, si *sessInfo, holder, runID str
 	}
 	if cur != nil && cur.ExpiresAt.After(tx.now) {
 		// Only the run id: which instance holds the turn is never
-		// revealed (SPEC §3).
+		// revealed (docs/api.md).
 		return nil, &rein.Error{Code: rein.CodeSessionBusy, Message: "the session's turn is held by a run whose lease has not expired", RunID: cur.RunID}
 	}
 	var token int64

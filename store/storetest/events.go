@@ -91,7 +91,7 @@ func testEventsRoundTrip(t *T) {
 			t.Fatalf("read event %d payload = %s, want %s", i, e.Payload, want)
 		}
 	}
-	// The wire form (SPEC §3) must survive too.
+	// The wire form (docs/api.md) must survive too.
 	b, err := json.Marshal(read[2])
 	must(t, err, "marshal event")
 	var back rein.Event

@@ -73,7 +73,7 @@ func testLeaseBusy(t *T) {
 	if !errors.As(err, &re) || re.RunID != "run_holder" {
 		t.Fatalf("busy error = %#v, want a *rein.Error with RunID run_holder", err)
 	}
-	// The holder instance is never revealed (SPEC §3).
+	// The holder instance is never revealed (docs/api.md).
 	if strings.Contains(err.Error(), "inst-secret-host") {
 		t.Fatalf("busy error %q reveals the holder instance", err)
 	}

@@ -1,10 +1,10 @@
 // Package builtin holds the tools every Rein agent has, whatever its model
-// (SPEC §8): sleep, which makes a run take time in a way that honours
+// (docs/models.md): sleep, which makes a run take time in a way that honours
 // cancellation (for demos and tests of stopping), and write_note, which
 // leaves a trace on disk and needs a human's confirmation by default (for
 // demos and tests of the confirmation gate).
 //
-// The subagent tools of SPEC §7 live with the subagent package, which owns
+// The subagent tools of docs/api.md live with the subagent package, which owns
 // what they do.
 package builtin
 

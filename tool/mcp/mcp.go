@@ -1,5 +1,5 @@
 // Package mcp offers the tools of MCP (Model Context Protocol) servers to
-// Rein's agents as ordinary tool.Tool values (SPEC §10), so the agent loop,
+// Rein's agents as ordinary tool.Tool values (docs/tools.md), so the agent loop,
 // the registry's schema validation and the confirmation gate treat them like
 // any built-in tool.
 //
@@ -15,7 +15,7 @@
 //     than making every agent's registry fail.
 //   - A call carries the run's context: cancelling it makes the SDK send
 //     notifications/cancelled and the call returns at once. It carries the
-//     tool_use_id as _meta.idempotency_key (SPEC §4).
+//     tool_use_id as _meta.idempotency_key (docs/api.md).
 //   - A result is the text of its text contents joined by "\n", other
 //     contents as their JSON; isError: true gives an error result.
 //   - Every failure — a server that cannot be reached, crashed mid-call,

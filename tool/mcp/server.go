@@ -429,7 +429,7 @@ func (s *server) call(ctx context.Context, remote string, c tool.Call) (tool.Res
 	}
 }
 
-// result maps an MCP result (SPEC §10): the text of the text contents joined
+// result maps an MCP result (docs/tools.md): the text of the text contents joined
 // by "\n", other contents as their JSON; structured content as JSON when
 // there is no content at all; isError: true → an error result.
 func (s *server) result(remote string, res *mcp.CallToolResult) tool.Result {

@@ -1,4 +1,4 @@
-// Package workspace provides the workspace tools of SPEC §10 — list_files,
+// Package workspace provides the workspace tools of docs/tools.md — list_files,
 // read_file and write_file — which let a model keep files in its session's
 // folder (tool.Call.Workspace) and nowhere else.
 //
