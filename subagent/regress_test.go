@@ -126,3 +126,32 @@ func settleAcrossCrash(t *testing.T, n int, afterCommit bool) bool {
 	}
 	return false
 }
+
+// Regression: a StartContinuable cut between creating the child and
+// starting its first activation (the second write failed) is finished by
+// a retry with the same child id, not refused as duplicate_child.
+func TestStartContinuableRetryAfterCut(t *testing.T) {
+	base := openMemory(t)
+	f := storetest.NewFaulty(base)
+	w := newWorld(t, f, subagent.Options{}, nil)
+	parent := w.root("alice")
+	// The child is created (one write), then its first activation's
+	// admission fails.
+	f.FailAt(2)
+	if _, err := w.m.StartContinuable(context.Background(), parent, subagent.ContinuableSpec{ChildID: "kid-9", StartRequest: subagent.StartRequest{Prompt: "echo one"}}); err == nil {
+		t.Fatal("the cut start reported success")
+	}
+	if n := len(w.runs(key("alice", "kid-9"))); n != 0 {
+		t.Fatalf("the cut start left %d runs", n)
+	}
+	s, err := w.m.StartContinuable(context.Background(), parent, subagent.ContinuableSpec{ChildID: "kid-9", StartRequest: subagent.StartRequest{Prompt: "echo one"}})
+	if err != nil {
+		t.Fatalf("retry: %v", err)
+	}
+	w.completed(key("alice", "kid-9"), s.TaskID)
+	// Once it has run, the id is taken.
+	_, err = w.m.StartContinuable(context.Background(), parent, subagent.ContinuableSpec{ChildID: "kid-9", StartRequest: subagent.StartRequest{Prompt: "echo two"}})
+	if code(err) != subagent.CodeDuplicateChild {
+		t.Fatalf("after it ran: %v, want duplicate_child", err)
+	}
+}

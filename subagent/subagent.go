@@ -229,7 +229,15 @@ func (m *Manager) StartContinuable(ctx context.Context, parent rein.SessionKey, 
 	}
 	child, err := svc.CreateChild(ctx, parent, sessions.ChildRequest{ID: spec.ChildID, Descriptor: d})
 	if errors.Is(err, rein.ErrConflict) {
-		return Started{}, errorf(CodeDuplicateChild, "a session with id %q already exists", spec.ChildID)
+		// The child and its first activation are two writes: a call cut
+		// between them (a crash, a lost answer) left a child of this
+		// parent that never ran, and a retry finishes the start instead of
+		// finding the id taken.
+		if prev := m.unstartedChild(ctx, svc, parent, spec.ChildID); prev != nil {
+			child, err = prev, nil
+		} else {
+			return Started{}, errorf(CodeDuplicateChild, "a session with id %q already exists", spec.ChildID)
+		}
 	}
 	if err != nil {
 		return Started{}, err
@@ -240,6 +248,21 @@ func (m *Manager) StartContinuable(ctx context.Context, parent rein.SessionKey, 
 	}
 	m.logStarted(ctx, svc, parent, child.ID, res.RunID)
 	return Started{ChildID: child.ID, TaskID: res.RunID, MessageID: res.MessageID}, nil
+}
+
+// unstartedChild returns parent's continuable child id if it has never run,
+// else nil.
+func (m *Manager) unstartedChild(ctx context.Context, svc *sessions.Service, parent rein.SessionKey, id string) *store.Session {
+	key := rein.SessionKey{Owner: parent.Owner, ID: id}
+	info, err := svc.GetSession(ctx, key)
+	if err != nil || info.ParentID != parent.ID || info.Subagent == nil || !info.Subagent.Continuable {
+		return nil
+	}
+	runs, err := svc.ListRuns(ctx, key)
+	if err != nil || len(runs) > 0 {
+		return nil
+	}
+	return info.Session
 }
 
 // Route says how a followup was delivered.
