@@ -193,6 +193,17 @@ func (r *Run) Interrupted() bool {
 	return r.interrupt
 }
 
+// StopSettled reports whether a stop of the given kind can no longer take
+// effect for a reason that is final while the run is live: a cancel already
+// took effect, the run committed its outcome, or (for an interrupt) an
+// interrupt already took effect. A runtime answers such a repeated stop
+// "not accepted" itself instead of asking anyone else.
+func (r *Run) StopSettled(interrupt bool) bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.cancelled || r.committed || (interrupt && r.interrupt)
+}
+
 // OnTerminal registers f to run when the run becomes terminal, after
 // Finish and before the lane admits the next run. If the run is already
 // terminal, f runs at once.

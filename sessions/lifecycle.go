@@ -660,11 +660,11 @@ func (lc *lifecycle) stopRemote(ctx context.Context, key rein.SessionKey, runID 
 	return o, err
 }
 
-// logStop records an accepted stop of a run held here (the handle decides
-// it; this is its announcement, logged before the run's end).
-func (lc *lifecycle) logStop(ctx context.Context, key rein.SessionKey, runID string, mode rein.StopMode, msg *string) error {
+// logStop records a stop of a run held here as its handle decided it (an
+// accepted one is its announcement, logged before the run's end).
+func (lc *lifecycle) logStop(ctx context.Context, key rein.SessionKey, runID string, mode rein.StopMode, msg *string, accepted bool) error {
 	return lc.update(ctx, key, store.Fence{}, func(tx store.Tx) error {
-		_, err := tx.AppendEvents(interruptEvent(runID, mode, msg, true))
+		_, err := tx.AppendEvents(interruptEvent(runID, mode, msg, accepted))
 		return err
 	})
 }

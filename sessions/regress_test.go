@@ -319,3 +319,56 @@ func TestRegressionInterruptJustClaimed(t *testing.T) {
 		t.Errorf("%d session.run_completed", n)
 	}
 }
+
+// A second stop of a run whose first stop took effect, while its end is not
+// yet written (its record still says RUNNING), is not accepted, in either
+// mode, and is logged as such.
+func TestRegressionRepeatedStopWhileEnding(t *testing.T) {
+	for _, second := range []string{"cancel", "interrupt"} {
+		t.Run(second, func(t *testing.T) {
+			hs := &holdEnd{Store: memory.New(), entered: make(chan struct{}), release: make(chan struct{})}
+			hold := &holdTool{gates: map[string]chan struct{}{}, calls: map[string]int{}}
+			svc, err := reintest.ServiceWithTools("testdata/property.yaml", hs, nil, hold)
+			if err != nil {
+				t.Fatal(err)
+			}
+			svc.Start(context.Background())
+			defer svc.Close()
+			f := &fixture{t: t, st: hs, svc: svc}
+			f.newSession()
+			a := f.send("hold A", "")
+			f.waitEvent(func(e rein.Event) bool { return e.Type == rein.EventToolUse && e.RunID == a.RunID })
+			hs.mu.Lock()
+			hs.armed = true // hold A's end write
+			hs.mu.Unlock()
+			if r := f.stop(&a.RunID, "cancel"); !r.Accepted {
+				t.Fatalf("first stop: %+v", r)
+			}
+			select {
+			case <-hs.entered:
+			case <-time.After(10 * time.Second):
+				t.Fatal("A's end never came")
+			}
+			if r := f.stop(&a.RunID, second); r.Accepted {
+				t.Errorf("a second %s while A ends was accepted: %+v", second, r)
+			}
+			close(hs.release)
+			if p := f.completed(a.RunID); p.Status != rein.StatusCancelled {
+				t.Errorf("A ended %+v", p)
+			}
+			var logged []bool
+			for _, e := range f.all() {
+				if e.Type == rein.EventUserInterrupt && e.RunID == a.RunID {
+					var p rein.UserInterruptPayload
+					if err := json.Unmarshal(e.Payload, &p); err != nil {
+						t.Fatal(err)
+					}
+					logged = append(logged, p.Accepted)
+				}
+			}
+			if len(logged) != 2 || !logged[0] || logged[1] {
+				t.Errorf("user.interrupt accepted flags logged %v, want [true false]", logged)
+			}
+		})
+	}
+}

@@ -242,7 +242,7 @@ func (s *Service) stopLocal(ctx context.Context, key rein.SessionKey, target str
 		lr.noteStop(string(mode))
 		actx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
 		defer cancel()
-		logErr = s.life.logStop(actx, key, target, mode, message)
+		logErr = s.life.logStop(actx, key, target, mode, message, true)
 	}
 	msg := ""
 	if message != nil {
@@ -254,7 +254,19 @@ func (s *Service) stopLocal(ctx context.Context, key rein.SessionKey, target str
 		accepted = lr.h.CancelAnnounced(announce)
 	}
 	if !accepted {
-		return false, false, nil
+		lr.mu.Lock()
+		lost := lr.lost
+		lr.mu.Unlock()
+		if lost || !lr.h.StopSettled(mode == rein.StopInterrupt) {
+			// Ending or parking: the store's record decides.
+			return false, false, nil
+		}
+		// A repeated stop of a run that is already stopping (or committed
+		// its reply): its record may still say RUNNING, so asking the store
+		// would wrongly accept it.
+		actx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
+		defer cancel()
+		return false, true, s.life.logStop(actx, key, target, mode, message, false)
 	}
 	return true, true, logErr
 }
