@@ -129,8 +129,9 @@ var demoScript []byte
 
 // Demo returns Rein's offline demo model (named "demo"): a friendly script
 // that streams its reply visibly, takes a nap with the sleep tool when asked
-// to sleep or wait, and calls write_note when asked to note or remember
-// something. Each call returns a fresh value.
+// to sleep or wait, counts to 20 one step a second when asked to count (a
+// run long enough to steer by hand), and calls write_note when asked to note
+// or remember something. Each call returns a fresh value.
 func Demo() *Model {
 	m, err := Parse("demo.yaml", demoScript)
 	if err != nil {
