@@ -34,6 +34,7 @@ type Store interface {
 	Leases
 	Flusher
 	Updater
+	Deleter
 
 	// Ping reports whether the backend is reachable (used by /readyz).
 	Ping(ctx context.Context) error
@@ -561,6 +562,69 @@ type Tx interface {
 	// Confirmations returns the session's confirmations in a state ("" =
 	// all), oldest first. Never nil.
 	Confirmations(state ConfirmationState) ([]*Confirmation, error)
+}
+
+// ---------------------------------------------------------------- deletion
+
+// TreeSession is one session of a tree that Deleter.DeleteSession is about
+// to delete, as the deleting transaction sees it.
+type TreeSession struct {
+	Session *Session
+	// Active are the session's QUEUED and RUNNING runs in queue order (as
+	// Tx.Runs orders them). Never nil.
+	Active []*RunRecord
+	// Lease is the session's turn lease, expired or not; nil when none.
+	Lease *Lease
+	// LastActivity is the CreatedAt of the session's last event, or the
+	// session's own CreatedAt when it has no event.
+	LastActivity time.Time
+}
+
+// SessionActivity is a session and when it was last active (see
+// TreeSession.LastActivity), for Deleter.ListInactive.
+type SessionActivity struct {
+	Key          rein.SessionKey
+	LastActivity time.Time
+}
+
+// Deleter deletes sessions for good (docs/api.md: deleting a session, and
+// the retention rule).
+type Deleter interface {
+	// DeleteSession deletes the session key and every session below it —
+	// its children, their children, and so on (ParentID chains, same
+	// owner) — with every row stored for any of them: events, history,
+	// runs (client ids included), supplements, confirmations, the lease,
+	// the event counter and the subagent descriptor. It is one
+	// transaction: all of it or nothing.
+	//
+	// Before deleting anything it calls check, at most once, with the
+	// store's clock at the transaction (as Tx.Now) and the tree: key's
+	// session first, every parent before its children. If check returns
+	// an error nothing is deleted and DeleteSession returns that error
+	// unchanged. From before the tree is read until the commit, the
+	// transaction holds every session of the tree as Update holds its
+	// session, across goroutines and processes: no Update, append, lease
+	// operation or other write to any of them commits in between, and no
+	// child can be created under any of them. So what check saw (no active
+	// run, say) is still true when the deletion commits, and a write that
+	// waited for it finds the session gone (rein.ErrNotFound). check MUST
+	// be quick and do no I/O, as Update's fn.
+	//
+	// It returns the deleted sessions in the order check saw them.
+	// rein.ErrNotFound if key does not exist (another owner's session
+	// included). Once it has returned, every read of a deleted session
+	// answers rein.ErrNotFound, and WaitEvents callers waiting on one —
+	// in any process sharing the store — return rein.ErrNotFound
+	// promptly. A new session may later be created with a deleted key;
+	// it starts empty.
+	DeleteSession(ctx context.Context, key rein.SessionKey, check func(now time.Time, tree []*TreeSession) error) ([]*Session, error)
+	// ListInactive returns root sessions (ParentID "", every owner) whose
+	// own last activity (see TreeSession.LastActivity) is before before,
+	// ordered by key (owner, then id, bytewise), starting after the key
+	// after (the zero key: from the start), at most limit of them
+	// (limit ≤ 0: all). It looks at the root only: DeleteSession's check
+	// sees the whole tree. Never nil.
+	ListInactive(ctx context.Context, before time.Time, after rein.SessionKey, limit int) ([]SessionActivity, error)
 }
 
 // ------------------------------------------------------------------- flush

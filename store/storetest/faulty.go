@@ -226,6 +226,17 @@ func (f *Faulty) ReleaseLease(ctx context.Context, l *store.Lease) error {
 	return f.write(func() error { return f.Store.ReleaseLease(ctx, l) })
 }
 
+// DeleteSession implements store.Deleter.
+func (f *Faulty) DeleteSession(ctx context.Context, key rein.SessionKey, check func(now time.Time, tree []*store.TreeSession) error) ([]*store.Session, error) {
+	var out []*store.Session
+	err := f.write(func() error {
+		var err error
+		out, err = f.Store.DeleteSession(ctx, key, check)
+		return err
+	})
+	return out, err
+}
+
 // Close does not close the wrapped store: a test restarts services on it.
 func (f *Faulty) Close() error { return nil }
 
