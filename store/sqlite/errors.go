@@ -4,6 +4,7 @@ import (
 	"context"
 	"database/sql"
 	"errors"
+	"fmt"
 
 	"github.com/reinhq/rein"
 	msqlite "modernc.org/sqlite"
@@ -15,6 +16,10 @@ import (
 // file) become unavailable so the server answers 503 and recovers when the
 // condition clears; constraint violations become conflicts. Context errors
 // pass through unchanged so callers can match them.
+//
+// The message says what happened; the database file's absolute path and
+// the driver's text go into the cause (see dbErr), which logs and Error()
+// show and a client's answer never does.
 func mapErr(file, doing string, err error) error {
 	if err == nil {
 		return nil
@@ -27,37 +32,43 @@ func mapErr(file, doing string, err error) error {
 		return err
 	}
 	if errors.Is(err, sql.ErrConnDone) || errors.Is(err, errStoreClosed) {
-		return rein.Errorf(rein.CodeUnavailable, "sqlite %s: %s: the store is closed", file, doing)
+		return dbErr(rein.CodeUnavailable, file, err, "sqlite: %s: the store is closed", doing)
 	}
 	var se *msqlite.Error
 	if errors.As(err, &se) {
 		switch se.Code() & 0xff {
 		case sqlite3.SQLITE_BUSY, sqlite3.SQLITE_LOCKED:
-			return rein.Errorf(rein.CodeUnavailable, "sqlite %s: %s: the database is locked by another connection: %w", file, doing, err)
+			return dbErr(rein.CodeUnavailable, file, err, "sqlite: %s: the database is locked by another connection", doing)
 		case sqlite3.SQLITE_FULL:
-			return rein.Errorf(rein.CodeUnavailable, "sqlite %s: %s: the disk is full: %w", file, doing, err)
+			return dbErr(rein.CodeUnavailable, file, err, "sqlite: %s: the disk is full", doing)
 		case sqlite3.SQLITE_IOERR:
-			return rein.Errorf(rein.CodeUnavailable, "sqlite %s: %s: disk I/O error: %w", file, doing, err)
+			return dbErr(rein.CodeUnavailable, file, err, "sqlite: %s: disk I/O error", doing)
 		case sqlite3.SQLITE_READONLY, sqlite3.SQLITE_PERM, sqlite3.SQLITE_CANTOPEN, sqlite3.SQLITE_AUTH:
-			return rein.Errorf(rein.CodeUnavailable, "sqlite %s: %s: the database cannot be written (permissions or read-only file system): %w", file, doing, err)
+			return dbErr(rein.CodeUnavailable, file, err, "sqlite: %s: the database cannot be written (permissions or read-only file system)", doing)
 		case sqlite3.SQLITE_CORRUPT, sqlite3.SQLITE_NOTADB:
-			return rein.Errorf(rein.CodeInternal, "sqlite %s: %s: the database file is damaged: %w", file, doing, err)
+			return dbErr(rein.CodeInternal, file, err, "sqlite: %s: the database file is damaged", doing)
 		case sqlite3.SQLITE_CONSTRAINT:
 			if se.Code() == sqlite3.SQLITE_CONSTRAINT_FOREIGNKEY {
 				// The row a write refers to (its session) is gone.
-				return rein.Errorf(rein.CodeNotFound, "sqlite %s: %s: session not found: %w", file, doing, err)
+				return dbErr(rein.CodeNotFound, file, err, "session not found")
 			}
-			return rein.Errorf(rein.CodeConflict, "sqlite %s: %s: %w", file, doing, err)
+			return dbErr(rein.CodeConflict, file, err, "sqlite: %s: the write conflicts with a stored row", doing)
 		}
 	}
-	return rein.Errorf(rein.CodeInternal, "sqlite %s: %s: %w", file, doing, err)
+	return dbErr(rein.CodeInternal, file, err, "sqlite: %s failed", doing)
+}
+
+// dbErr is an error whose message is format (no path, no driver text) and
+// whose cause is err prefixed with the database file, for the operator.
+func dbErr(code rein.Code, file string, err error, format string, args ...any) error {
+	return &rein.Error{Code: code, Message: fmt.Sprintf(format, args...), Err: fmt.Errorf("%s: %w", file, err)}
 }
 
 // errStoreClosed is the cause of operations on a closed Store.
 var errStoreClosed = errors.New("store is closed")
 
 func errClosed(file string) error {
-	return &rein.Error{Code: rein.CodeUnavailable, Message: "sqlite " + file + ": the store is closed", Err: errStoreClosed}
+	return &rein.Error{Code: rein.CodeUnavailable, Message: "sqlite: the store is closed", Err: fmt.Errorf("%s: %w", file, errStoreClosed)}
 }
 
 func errNotRein(file, why string) error {

@@ -108,7 +108,7 @@ func (s *Store) scanHistory(key rein.SessionKey, rows *sql.Rows) ([]rein.Message
 		}
 		m, err := histcodec.Decode(b)
 		if err != nil {
-			return nil, rein.Errorf(rein.CodeInternal, "sqlite %s: history message %d of %s is unreadable: %w", s.file, len(out), key, err)
+			return nil, dbErr(rein.CodeInternal, s.file, err, "sqlite: history message %d of %s is unreadable", len(out), key)
 		}
 		out = append(out, m)
 	}

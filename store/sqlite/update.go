@@ -3,6 +3,7 @@ package sqlite
 import (
 	"context"
 	"errors"
+	"fmt"
 	"sync/atomic"
 	"time"
 
@@ -41,7 +42,7 @@ func (s *Store) updateOp(ctx context.Context, key rein.SessionKey, fence store.F
 			t.done = true
 			if r := recover(); r != nil {
 				panicked.Store(&panicValue{r})
-				err = rein.Errorf(rein.CodeInternal, "sqlite %s: the Update function panicked: %v", s.file, r)
+				err = dbErr(rein.CodeInternal, s.file, fmt.Errorf("%v", r), "sqlite: the Update function panicked")
 			}
 		}()
 		err = fn(t)
