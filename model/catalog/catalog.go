@@ -9,6 +9,7 @@
 package catalog
 
 import (
+	"fmt"
 	"log/slog"
 	"net/http"
 	"strings"
@@ -54,8 +55,10 @@ const Forms = `demo | scripted:PATH | openai:NAME | ollama:NAME | anthropic:NAME
 //	anthropic:NAME  Anthropic Messages: ANTHROPIC_API_KEY (required),
 //	                ANTHROPIC_BASE_URL (default https://api.anthropic.com)
 //
-// Errors are invalid_argument *rein.Error values that say what to set; an
-// unknown form wraps model.ErrUnknownModel and lists the accepted forms.
+// An error says what to fix in one message, which is its whole text: it is
+// an invalid_argument error (rein.CodeOf, errors.As into a *rein.Error
+// with that message), and an unknown form also matches
+// model.ErrUnknownModel and lists the accepted forms.
 func Open(spec string, env Env) (model.Model, error) {
 	spec = strings.TrimSpace(spec)
 	if spec == "demo" {
@@ -66,7 +69,7 @@ func Open(spec string, env Env) (model.Model, error) {
 		return nil, unknown(spec)
 	}
 	if strings.TrimSpace(name) == "" {
-		return nil, rein.Errorf(rein.CodeInvalidArgument, "model %q: missing the name after %q (accepted forms: %s)", spec, kind+":", Forms)
+		return nil, nameErrorf(false, "model %q: missing the name after %q (accepted forms: %s)", spec, kind+":", Forms)
 	}
 	switch kind {
 	case "scripted":
@@ -78,7 +81,7 @@ func Open(spec string, env Env) (model.Model, error) {
 	case "openai":
 		key, base := env.get("OPENAI_API_KEY"), env.get("OPENAI_BASE_URL")
 		if key == "" && base == "" {
-			return nil, rein.Errorf(rein.CodeInvalidArgument, "model %q: OPENAI_API_KEY is not set (set it to your OpenAI key, or set OPENAI_BASE_URL to an OpenAI-compatible server such as vLLM or llama.cpp that needs no key; for Ollama use --model ollama:%s)", spec, name)
+			return nil, nameErrorf(false, "model %q: OPENAI_API_KEY is not set (set it to your OpenAI key, or set OPENAI_BASE_URL to an OpenAI-compatible server such as vLLM or llama.cpp that needs no key; for Ollama use --model ollama:%s)", spec, name)
 		}
 		return openai.New(openai.Config{
 			Model: name, APIKey: key, BaseURL: base,
@@ -92,7 +95,7 @@ func Open(spec string, env Env) (model.Model, error) {
 	case "anthropic":
 		key := env.get("ANTHROPIC_API_KEY")
 		if key == "" {
-			return nil, rein.Errorf(rein.CodeInvalidArgument, "model %q: ANTHROPIC_API_KEY is not set", spec)
+			return nil, nameErrorf(false, "model %q: ANTHROPIC_API_KEY is not set (set it to your Anthropic key)", spec)
 		}
 		return anthropic.New(anthropic.Config{
 			Model: name, APIKey: key, BaseURL: env.get("ANTHROPIC_BASE_URL"),
@@ -103,5 +106,37 @@ func Open(spec string, env Env) (model.Model, error) {
 }
 
 func unknown(spec string) error {
-	return rein.Errorf(rein.CodeInvalidArgument, "%w %q: accepted forms are %s", model.ErrUnknownModel, spec, Forms)
+	if spec == "" {
+		return nameErrorf(true, "no model named: accepted forms are %s", Forms)
+	}
+	hint := ""
+	if !strings.Contains(spec, ":") && !strings.ContainsAny(spec, " /\\") {
+		// A bare provider model name: say how to ask for it.
+		hint = fmt.Sprintf(" (for a provider's model say which: openai:%s, ollama:%s or anthropic:%s)", spec, spec, spec)
+	}
+	return nameErrorf(true, "unknown model %q: accepted forms are %s%s", spec, Forms, hint)
+}
+
+// nameError is a model name Open cannot use. Its text is the one message
+// for people; it unwraps to an invalid_argument *rein.Error with that same
+// message (for rein.CodeOf, errors.Is and the HTTP error body), and an
+// unknown form to model.ErrUnknownModel too. Wrapping the sentinel with
+// rein.Errorf instead would print its text again after the message.
+type nameError struct {
+	msg     string
+	unknown bool
+}
+
+func nameErrorf(unknown bool, format string, args ...any) error {
+	return &nameError{msg: fmt.Sprintf(format, args...), unknown: unknown}
+}
+
+func (e *nameError) Error() string { return e.msg }
+
+func (e *nameError) Unwrap() []error {
+	errs := []error{&rein.Error{Code: rein.CodeInvalidArgument, Message: e.msg}}
+	if e.unknown {
+		errs = append(errs, model.ErrUnknownModel)
+	}
+	return errs
 }

@@ -136,3 +136,26 @@ func TestEnvironmentReachesTheProviders(t *testing.T) {
 		}
 	}
 }
+
+// TestOpenErrorSaysItOnce: an unknown name is one message — the name, the
+// forms accepted — with no error code in front and no cause repeated after.
+func TestOpenErrorSaysItOnce(t *testing.T) {
+	_, err := catalog.Open("gpt-4o", env(nil))
+	want := `unknown model "gpt-4o": accepted forms are ` + catalog.Forms + ` (for a provider's model say which: openai:gpt-4o, ollama:gpt-4o or anthropic:gpt-4o)`
+	if err == nil || err.Error() != want {
+		t.Fatalf("Open(gpt-4o) = %v\nwant %s", err, want)
+	}
+	var re *rein.Error
+	if !errors.As(err, &re) || re.Code != rein.CodeInvalidArgument || re.Message != want {
+		t.Fatalf("as *rein.Error: %+v", re)
+	}
+	if !errors.Is(err, rein.ErrInvalidArgument) {
+		t.Fatal("not invalid_argument to errors.Is")
+	}
+	for _, spec := range []string{"gpt-4o", "mistral:large", "openai:gpt-4o", "openai:"} {
+		_, err := catalog.Open(spec, env(nil))
+		if msg := err.Error(); strings.Contains(msg, "invalid_argument") || strings.Count(msg, "unknown model") > 1 {
+			t.Errorf("Open(%q) = %q: repeats itself", spec, msg)
+		}
+	}
+}
