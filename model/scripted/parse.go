@@ -141,6 +141,11 @@ func parseScript(file string, data []byte) ([]rule, error) {
 	if root.Kind == yaml.DocumentNode && len(root.Content) == 1 {
 		root = root.Content[0]
 	}
+	if r := resolve(root); r.Kind != yaml.MappingNode {
+		// Most likely not a script at all (a README, say): name what the
+		// file holds, never its content.
+		return nil, p.errorf(r, "", "not a valid script: a script is a mapping with a rules list, and this file holds %s", kind(r))
+	}
 	fields, err := p.mapping(resolve(root), "", "rules")
 	if err != nil {
 		return nil, err
@@ -308,11 +313,7 @@ func (p *parser) toolCall(n *yaml.Node, path string) (toolCall, error) {
 func (p *parser) mapping(n *yaml.Node, path string, known ...string) (map[string]*yaml.Node, error) {
 	n = resolve(n)
 	if n.Kind != yaml.MappingNode {
-		subject := "must"
-		if path == "" {
-			subject = "the script must"
-		}
-		return nil, p.errorf(n, path, "%s be a mapping with keys %s, got %s", subject, strings.Join(known, ", "), describe(n))
+		return nil, p.errorf(n, path, "must be a mapping with keys %s, got %s", strings.Join(known, ", "), describe(n))
 	}
 	out := make(map[string]*yaml.Node, len(n.Content)/2)
 	seen := map[string]bool{}
@@ -323,7 +324,7 @@ func (p *parser) mapping(n *yaml.Node, path string, known ...string) (map[string
 			return nil, p.errorf(k, path, "keys must be plain names, got %s", describe(k))
 		}
 		if !slices.Contains(known, k.Value) {
-			return nil, p.errorf(k, kp, "unknown field %q (known fields: %s)", k.Value, strings.Join(known, ", "))
+			return nil, p.errorf(k, joinPath(path, shorten(k.Value)), "unknown field %s (known fields: %s)", describe(k), strings.Join(known, ", "))
 		}
 		if seen[k.Value] {
 			return nil, p.errorf(k, kp, "duplicate field")
@@ -588,6 +589,14 @@ func resolve(n *yaml.Node) *yaml.Node {
 	return n
 }
 
+// shorten cuts a key read from the file for a path in a message.
+func shorten(s string) string {
+	if r := []rune(s); len(r) > maxQuoted {
+		return string(r[:maxQuoted]) + "…"
+	}
+	return s
+}
+
 func joinPath(path, key string) string {
 	if path == "" {
 		return key
@@ -595,8 +604,25 @@ func joinPath(path, key string) string {
 	return path + "." + key
 }
 
-// describe names a node's kind for error messages.
+// describe names a node for error messages: a short scalar by its value,
+// anything else by its kind, so that an error never quotes a long text.
 func describe(n *yaml.Node) string {
+	if n.Kind == yaml.ScalarNode && n.ShortTag() != "!!null" {
+		if v := n.Value; len([]rune(v)) <= maxQuoted && !strings.ContainsAny(v, "\r\n") {
+			if n.ShortTag() == "!!str" {
+				return strconv.Quote(v)
+			}
+			return v
+		}
+	}
+	return kind(n)
+}
+
+// maxQuoted is the longest value an error message quotes.
+const maxQuoted = 40
+
+// kind names a node's kind.
+func kind(n *yaml.Node) string {
 	switch n.Kind {
 	case yaml.MappingNode:
 		return "a mapping"
@@ -607,9 +633,13 @@ func describe(n *yaml.Node) string {
 		case "!!null":
 			return "null"
 		case "!!str":
-			return strconv.Quote(n.Value)
+			return "a string"
+		case "!!int", "!!float":
+			return "a number"
+		case "!!bool":
+			return "a boolean"
 		}
-		return n.Value
+		return "a value"
 	case yaml.DocumentNode:
 		return "a document"
 	}

@@ -21,7 +21,7 @@ func TestParseErrorsNameFileAndLine(t *testing.T) {
 		{"empty file", "x.yaml", "",
 			`x.yaml:1: rules: the script is empty: it needs at least one rule`},
 		{"script is a list", "x.yaml", "- a\n- b\n",
-			`x.yaml:1: the script must be a mapping with keys rules, got a list`},
+			`x.yaml:1: not a valid script: a script is a mapping with a rules list, and this file holds a list`},
 		{"unknown rule field", "x.yaml", "rules:\n  - match: a\n    step: []\n",
 			`x.yaml:3: rules[0].step: unknown field "step" (known fields: match, steps)`},
 		{"rule without steps", "x.yaml", "rules:\n  - match: a\n    steps: [{text: a}]\n  - match: b\n",
