@@ -25,6 +25,7 @@ import (
 
 	"github.com/reinhq/rein"
 	"github.com/reinhq/rein/model"
+	"github.com/reinhq/rein/run"
 	"github.com/reinhq/rein/tool"
 )
 
@@ -47,6 +48,15 @@ const (
 // goes through its Journal, in atomic writes.
 type Sink interface {
 	Emit(ctx context.Context, evs ...rein.Event) error
+}
+
+// DeltaSink is optionally implemented by a Sink that takes streamed text
+// as it is: EmitDelta(ctx, runID, step, text) is Emit of the
+// agent.message.delta {run_id, step, text}, and the loop calls it instead,
+// so a Sink that coalesces deltas encodes each merged event once rather
+// than every chunk.
+type DeltaSink interface {
+	EmitDelta(ctx context.Context, runID string, step int, text string) error
 }
 
 // Journal is where a run's progress becomes durable. Each method is one
@@ -189,14 +199,9 @@ type Turn struct {
 	// and a step whose model request is made again is announced with
 	// agent.step_restarted.
 	Attempt int
-}
-
-// Outcome is how the loop ended, as run.Func reports it.
-type Outcome struct {
-	Reason rein.Reason
-	Reply  string
-	Err    error
-	Usage  rein.Usage
+	// Observer, when set, watches the run's model requests and tool calls
+	// (metrics, traces).
+	Observer Observer
 }
 
 // Control is the part of a run's control the loop needs (run.Control
@@ -215,8 +220,9 @@ type Control interface {
 func (a *Agent) Tools() *tool.Registry { return a.cfg.Tools }
 
 // Run executes one run of the loop. ctx is the run's work context (see
-// run.Func).
-func (a *Agent) Run(ctx context.Context, c Control, t *Turn) Outcome {
+// run.Func), and the Outcome it returns is what that Func reports: a
+// runtime's Func can return it as it is.
+func (a *Agent) Run(ctx context.Context, c Control, t *Turn) run.Outcome {
 	l := &loop{a: a, c: c, t: t, model: t.Model, tools: t.Tools}
 	if l.model == nil {
 		l.model = a.cfg.Model
@@ -225,10 +231,10 @@ func (a *Agent) Run(ctx context.Context, c Control, t *Turn) Outcome {
 		l.tools = a.cfg.Tools
 	}
 	if l.model == nil {
-		return Outcome{Reason: rein.ReasonError, Err: errors.New("agent: no model configured")}
+		return run.Outcome{Reason: rein.ReasonError, Err: errors.New("agent: no model configured")}
 	}
 	if t.Journal == nil || t.Events == nil {
-		return Outcome{Reason: rein.ReasonError, Err: errors.New("agent: a turn needs a Journal and an event Sink")}
+		return run.Outcome{Reason: rein.ReasonError, Err: errors.New("agent: a turn needs a Journal and an event Sink")}
 	}
 	return l.run(ctx)
 }
@@ -247,10 +253,22 @@ type loop struct {
 	// before the run may end (transcript validity).
 	open     *stepState
 	answered map[string]bool
+	// opened holds the confirmations saveStep opened before recording
+	// their requests, for runTools to wait on.
+	opened map[string]Pending
 }
 
 func (l *loop) emit(ctx context.Context, evs ...rein.Event) error {
 	return l.t.Events.Emit(ctx, evs...)
+}
+
+// emitDelta streams one chunk of the step's text.
+func (l *loop) emitDelta(ctx context.Context, step int, text string) error {
+	if ds, ok := l.t.Events.(DeltaSink); ok {
+		return ds.EmitDelta(ctx, l.t.RunID, step, text)
+	}
+	return l.emit(ctx, rein.NewEvent(rein.EventMessageDelta, l.t.RunID,
+		rein.MessageDeltaPayload{RunID: l.t.RunID, Step: step, Text: text}))
 }
 
 // errStore marks a failure to record the run's progress: the run fails
@@ -262,7 +280,7 @@ func (e errStore) Unwrap() error { return e.err }
 
 // fail ends the run with reason error. Calls of the open step that have no
 // result get synthetic ones, so the transcript stays valid.
-func (l *loop) fail(err error) Outcome {
+func (l *loop) fail(err error) run.Outcome {
 	msgs, evs := l.closeOpenStep(rein.InterruptedToolOutput)
 	if len(msgs) > 0 {
 		sctx, cancel := l.stopCtx()
@@ -271,10 +289,10 @@ func (l *loop) fail(err error) Outcome {
 		}
 		cancel()
 	}
-	return Outcome{Reason: rein.ReasonError, Err: err, Usage: l.usage}
+	return run.Outcome{Reason: rein.ReasonError, Err: err, Usage: l.usage}
 }
 
-func (l *loop) run(ctx context.Context) Outcome {
+func (l *loop) run(ctx context.Context) run.Outcome {
 	hist, err := l.t.Journal.Load(ctx)
 	if err != nil {
 		if ctx.Err() != nil {
@@ -418,9 +436,40 @@ type stepState struct {
 	// toolsStarted: the step's assistant message is saved and its calls
 	// were dispatched.
 	toolsStarted bool
+	// For the Observer: the request's own usage, its finish reason and
+	// when its first text arrived.
+	usage     rein.Usage
+	finish    string
+	firstText time.Time
 }
 
+// request makes the step's model request, observed when the turn has an
+// Observer.
 func (l *loop) request(ctx context.Context, step int) (*stepState, error) {
+	obs := l.t.Observer
+	if obs == nil {
+		return l.streamRequest(ctx, step)
+	}
+	info := ModelRequest{Session: l.t.Session, RunID: l.t.RunID, Step: step, Model: l.model.Name()}
+	start := time.Now()
+	rctx := obs.ModelRequestStarted(ctx, info)
+	st, err := l.streamRequest(rctx, step)
+	r := ModelResponse{ModelRequest: info, Duration: time.Since(start), Usage: st.usage, Finish: st.finish, ToolCalls: len(st.calls)}
+	if !st.firstText.IsZero() {
+		r.FirstDelta = st.firstText.Sub(start)
+	}
+	if err != nil {
+		if ctx.Err() != nil {
+			r.Stopped = true
+		} else {
+			r.Err = err
+		}
+	}
+	obs.ModelRequestEnded(rctx, r)
+	return st, err
+}
+
+func (l *loop) streamRequest(ctx context.Context, step int) (*stepState, error) {
 	st := &stepState{step: step}
 	req := &model.Request{
 		System:   l.t.System,
@@ -455,9 +504,11 @@ func (l *loop) request(ctx context.Context, step int) (*stepState, error) {
 			if ch.Text == "" {
 				continue
 			}
+			if st.firstText.IsZero() && l.t.Observer != nil {
+				st.firstText = time.Now()
+			}
 			text.WriteString(ch.Text)
-			if err := l.emit(ctx, rein.NewEvent(rein.EventMessageDelta, l.t.RunID,
-				rein.MessageDeltaPayload{RunID: l.t.RunID, Step: step, Text: ch.Text})); err != nil {
+			if err := l.emitDelta(ctx, step, ch.Text); err != nil {
 				return st, errStore{err}
 			}
 		case model.ChunkToolCall:
@@ -479,9 +530,11 @@ func (l *loop) request(ctx context.Context, step int) (*stepState, error) {
 		case model.ChunkUsage:
 			if ch.Usage != nil {
 				l.usage = l.usage.Add(*ch.Usage)
+				st.usage = st.usage.Add(*ch.Usage)
 			}
 		case model.ChunkFinish:
 			// The stream ends with io.EOF next.
+			st.finish = ch.Finish
 		}
 	}
 }
@@ -501,24 +554,41 @@ func (l *loop) confirmRequest(step int, c rein.ToolCall) ConfirmRequest {
 
 // saveStep records the step's assistant message with its calls, and the
 // confirmation requests of the calls that need one, in one write.
-func (l *loop) saveStep(ctx context.Context, st *stepState, asst rein.Message) (Outcome, bool) {
+func (l *loop) saveStep(ctx context.Context, st *stepState, asst rein.Message) (run.Outcome, bool) {
 	var confirm []rein.ToolCall
 	for _, c := range st.calls {
 		if l.needsConfirmation(c) {
 			confirm = append(confirm, c)
 		}
 	}
+	// Opened before the requests are recorded (and so announced), so an
+	// answer given the moment they are seen finds them (Confirmer.Open).
+	opened := make(map[string]Pending, len(confirm))
+	for _, c := range confirm {
+		p, err := l.t.Confirm.Open(l.confirmRequest(st.step, c))
+		if err != nil {
+			for _, p := range opened {
+				p.Close()
+			}
+			return l.fail(fmt.Errorf("open confirmation: %w", err)), false
+		}
+		opened[c.ID] = p
+	}
 	sctx, cancel := l.stopCtx()
 	err := l.t.Journal.SaveStep(sctx, st.step, asst, confirm)
 	cancel()
 	if err != nil {
+		for _, p := range opened {
+			p.Close()
+		}
 		return l.fail(fmt.Errorf("save transcript: %w", err)), false
 	}
+	l.opened = opened
 	st.toolsStarted = true
 	l.open = st
 	l.answered = map[string]bool{}
 	l.msgs = append(l.msgs, asst)
-	return Outcome{}, true
+	return run.Outcome{}, true
 }
 
 // runTools answers the open step's calls that have no result yet: they run
@@ -528,7 +598,7 @@ func (l *loop) saveStep(ctx context.Context, st *stepState, asst rein.Message) (
 // goroutines are joined before it returns (bounded by StopTimeout for a
 // tool that ignores its context), so nothing of the step is written after
 // the run's end.
-func (l *loop) runTools(ctx context.Context, st *stepState) (Outcome, bool) {
+func (l *loop) runTools(ctx context.Context, st *stepState) (run.Outcome, bool) {
 	type done struct {
 		i   int
 		m   rein.Message
@@ -544,7 +614,22 @@ func (l *loop) runTools(ctx context.Context, st *stepState) (Outcome, bool) {
 			}
 		}
 	}()
+	opened := l.opened
+	l.opened = nil
+	defer func() {
+		for _, p := range opened { // not handed to a call (e.g. a failed Open below)
+			p.Close()
+		}
+	}()
 	for i, c := range st.calls {
+		if p, ok := opened[c.ID]; ok {
+			delete(opened, c.ID)
+			if !l.answered[c.ID] {
+				pend[i] = p
+				continue
+			}
+			p.Close()
+		}
 		if !l.answered[c.ID] && l.needsConfirmation(c) {
 			p, err := l.t.Confirm.Open(l.confirmRequest(st.step, c))
 			if err != nil {
@@ -634,7 +719,7 @@ func (l *loop) runTools(ctx context.Context, st *stepState) (Outcome, bool) {
 				break
 			}
 			l.msgs = rein.OrderToolResults(l.msgs)
-			return Outcome{Reason: rein.ReasonError, Err: ErrParked, Usage: l.usage}, false
+			return run.Outcome{Reason: rein.ReasonError, Err: ErrParked, Usage: l.usage}, false
 		}
 	}
 	if n > 0 {
@@ -660,7 +745,7 @@ func (l *loop) runTools(ctx context.Context, st *stepState) (Outcome, bool) {
 		return l.stopped(ctx, st), false
 	}
 	l.open = nil
-	return Outcome{}, true
+	return run.Outcome{}, true
 }
 
 // ErrParked is the error of a run that parked: its step waits only for
@@ -714,7 +799,18 @@ func (l *loop) callTool(ctx context.Context, step int, c rein.ToolCall, p Pendin
 			return tool.Result{Output: DeniedOutput(d.DenyMessage), IsError: true}
 		}
 	}
-	return l.tools.Execute(ctx, tool.Call{ID: c.ID, Name: c.Name, Input: c.Input, Session: l.t.Session, RunID: l.t.RunID, Step: step, Workspace: l.t.Workspace})
+	call := tool.Call{ID: c.ID, Name: c.Name, Input: c.Input, Session: l.t.Session, RunID: l.t.RunID, Step: step, Workspace: l.t.Workspace}
+	obs := l.t.Observer
+	if obs == nil {
+		return l.tools.Execute(ctx, call)
+	}
+	_, known := l.tools.Lookup(c.Name)
+	info := ToolCall{Session: l.t.Session, RunID: l.t.RunID, Step: step, ID: c.ID, Name: c.Name, Known: known}
+	start := time.Now()
+	cctx := obs.ToolCallStarted(ctx, info)
+	res := l.tools.Execute(cctx, call)
+	obs.ToolCallEnded(cctx, ToolResult{ToolCall: info, Duration: time.Since(start), IsError: res.IsError, Stopped: ctx.Err() != nil})
+	return res
 }
 
 // validJSON returns b if it is valid JSON, else b as a JSON string, so an
@@ -727,16 +823,34 @@ func validJSON(b json.RawMessage) json.RawMessage {
 	return s
 }
 
-// stopCtx is a short context for writes that must happen even though the
-// run's work context is done: a stop that lands during a write does not
-// leave it half-known.
+// stopCtx is the context of a store call the run must see through even
+// though its work context may end meanwhile: a stop that lands during a
+// write does not leave it half-known. While the run is live (not cancelled,
+// not past its deadline, not interrupted) the call waits as long as the
+// store needs — a store slow for a moment under load must not fail the run
+// ("read inbox: context deadline exceeded"); the run's deadline, a cancel
+// or a lost lease still end it, and StopTimeout bounds the call from then
+// on. On a stopped run StopTimeout bounds it from the start.
 func (l *loop) stopCtx() (context.Context, context.CancelFunc) {
-	return context.WithTimeout(context.WithoutCancel(l.c.RunContext()), l.a.cfg.StopTimeout)
+	rctx := l.c.RunContext()
+	detached := context.WithoutCancel(rctx)
+	if interrupted, _ := l.c.Interrupted(); interrupted || rctx.Err() != nil {
+		return context.WithTimeout(detached, l.a.cfg.StopTimeout)
+	}
+	ctx, cancel := context.WithCancel(detached)
+	stop := context.AfterFunc(rctx, func() {
+		t := time.AfterFunc(l.a.cfg.StopTimeout, cancel)
+		context.AfterFunc(ctx, func() { t.Stop() })
+	})
+	return ctx, func() {
+		stop()
+		cancel()
+	}
 }
 
 // finish ends the run with a final reply: asst (nil when the reply's
 // message is already saved, as at max_steps) and the agent.message.
-func (l *loop) finish(ctx context.Context, reason rein.Reason, text string, asst *rein.Message) Outcome {
+func (l *loop) finish(ctx context.Context, reason rein.Reason, text string, asst *rein.Message) run.Outcome {
 	if !l.c.Commit() {
 		return l.stopped(ctx, &stepState{text: text})
 	}
@@ -749,9 +863,9 @@ func (l *loop) finish(ctx context.Context, reason rein.Reason, text string, asst
 	u := l.usage
 	ev := rein.NewEvent(rein.EventMessage, l.t.RunID, rein.MessagePayload{RunID: l.t.RunID, Text: text, Reason: reason, Usage: &u})
 	if err := l.t.Journal.Finish(sctx, msgs, []rein.Event{ev}); err != nil {
-		return Outcome{Reason: rein.ReasonError, Err: fmt.Errorf("record reply: %w", err), Usage: l.usage}
+		return run.Outcome{Reason: rein.ReasonError, Err: fmt.Errorf("record reply: %w", err), Usage: l.usage}
 	}
-	return Outcome{Reason: reason, Reply: text, Usage: l.usage}
+	return run.Outcome{Reason: reason, Reply: text, Usage: l.usage}
 }
 
 // closeOpenStep returns synthetic results, with their agent.tool_result
@@ -780,7 +894,7 @@ func (l *loop) closeOpenStep(output string) ([]rein.Message, []rein.Event) {
 // the open step, partial text per policy) and for an interrupt produces the
 // interrupted reply; all of it goes to Journal.Finish, so a runtime can
 // write it with the run's end.
-func (l *loop) stopped(ctx context.Context, st *stepState) Outcome {
+func (l *loop) stopped(ctx context.Context, st *stepState) run.Outcome {
 	interrupted := errors.Is(context.Cause(ctx), rein.ErrInterrupted) && l.c.RunContext().Err() == nil
 	sctx, cancel := l.stopCtx()
 	defer cancel()
@@ -798,9 +912,9 @@ func (l *loop) stopped(ctx context.Context, st *stepState) Outcome {
 		u := l.usage
 		evs = append(evs, rein.NewEvent(rein.EventMessage, l.t.RunID, rein.MessagePayload{RunID: l.t.RunID, Text: replyText, Reason: rein.ReasonInterrupted, Usage: &u}))
 		if err := l.t.Journal.Finish(sctx, save, evs); err != nil {
-			return Outcome{Reason: rein.ReasonError, Err: fmt.Errorf("save transcript after interrupt: %w", err), Usage: l.usage}
+			return run.Outcome{Reason: rein.ReasonError, Err: fmt.Errorf("save transcript after interrupt: %w", err), Usage: l.usage}
 		}
-		return Outcome{Reason: rein.ReasonInterrupted, Reply: replyText, Usage: l.usage}
+		return run.Outcome{Reason: rein.ReasonInterrupted, Reply: replyText, Usage: l.usage}
 	}
 	if len(save) > 0 || len(evs) > 0 {
 		if err := l.t.Journal.Finish(sctx, save, evs); err != nil {
@@ -808,7 +922,7 @@ func (l *loop) stopped(ctx context.Context, st *stepState) Outcome {
 		}
 	}
 	if errors.Is(context.Cause(ctx), rein.ErrTimeout) || errors.Is(context.Cause(l.c.RunContext()), rein.ErrTimeout) {
-		return Outcome{Reason: rein.ReasonTimeout, Err: rein.ErrTimeout, Usage: l.usage}
+		return run.Outcome{Reason: rein.ReasonTimeout, Err: rein.ErrTimeout, Usage: l.usage}
 	}
-	return Outcome{Reason: rein.ReasonCancelled, Err: rein.ErrCancelled, Usage: l.usage}
+	return run.Outcome{Reason: rein.ReasonCancelled, Err: rein.ErrCancelled, Usage: l.usage}
 }

@@ -179,8 +179,7 @@ func (e *env) start(runID, input string) (*run.Run, *sink) {
 	turn := &agent.Turn{Session: sess, RunID: runID, Input: input, Events: sk,
 		Journal: agent.NewJournal(runID, e.hist, sk, e.inbox.Session(sess)), Confirm: confirmer{gate: e.gate}, Workspace: e.t.TempDir()}
 	r, err := e.engine.Prepare(func(ctx context.Context, c *run.Control) run.Outcome {
-		o := e.agent.Run(ctx, c, turn)
-		return run.Outcome{Reason: o.Reason, Reply: o.Reply, Err: o.Err, Usage: o.Usage}
+		return e.agent.Run(ctx, c, turn)
 	}, run.Options{ID: runID, Session: sess})
 	if err != nil {
 		e.t.Fatal(err)

@@ -50,8 +50,7 @@ func BenchmarkRunOverhead(b *testing.B) {
 		key := rein.SessionKey{Owner: "o", ID: "s"}
 		turn := &agent.Turn{Session: key, RunID: "r", Input: "hi", Journal: agent.NewJournal("r", nopHistory{}, nopSink{}, nil), Events: nopSink{}}
 		r, err := e.Prepare(func(ctx context.Context, c *run.Control) run.Outcome {
-			o := a.Run(ctx, c, turn)
-			return run.Outcome{Reason: o.Reason, Reply: o.Reply, Err: o.Err, Usage: o.Usage}
+			return a.Run(ctx, c, turn)
 		}, run.Options{ID: "r", Session: key})
 		if err != nil {
 			b.Fatal(err)
@@ -88,8 +87,7 @@ func stopLatency(b *testing.B, stop func(*run.Run), want rein.RunStatus) {
 		m := blockedModel{entered: inStream}
 		turn := &agent.Turn{Session: key, RunID: "r", Input: "hi", Model: m, Journal: agent.NewJournal("r", nopHistory{}, nopSink{}, nil), Events: nopSink{}}
 		r, _ := e.Prepare(func(ctx context.Context, c *run.Control) run.Outcome {
-			o := a.Run(ctx, c, turn)
-			return run.Outcome{Reason: o.Reason, Reply: o.Reply, Err: o.Err, Usage: o.Usage}
+			return a.Run(ctx, c, turn)
 		}, run.Options{ID: fmt.Sprint("r", i), Session: key})
 		if _, err := r.Start(); err != nil {
 			b.Fatal(err)

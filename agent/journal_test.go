@@ -74,8 +74,7 @@ func (e *env) startWith(runID, input string, wrap func(agent.Journal) agent.Jour
 		mod(turn)
 	}
 	r, err := e.engine.Prepare(func(ctx context.Context, c *run.Control) run.Outcome {
-		o := e.agent.Run(ctx, c, turn)
-		return run.Outcome{Reason: o.Reason, Reply: o.Reply, Err: o.Err, Usage: o.Usage}
+		return e.agent.Run(ctx, c, turn)
 	}, run.Options{ID: runID, Session: sess})
 	if err != nil {
 		e.t.Fatal(err)

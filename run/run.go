@@ -28,7 +28,10 @@ import (
 // deadline) for the interrupt path.
 type Func func(ctx context.Context, c *Control) Outcome
 
-// Outcome is what a Func reports.
+// Outcome is what a Func reports: how the work ended, before the run
+// decides its Result (a cancel or a deadline overrides it). It is also what
+// the agent loop returns, so the loop is a Func's body without a
+// conversion.
 type Outcome struct {
 	// Reason is stop, interrupted or max_steps for a completed run, or
 	// error. cancelled and timeout are decided by the run itself.

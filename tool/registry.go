@@ -51,7 +51,7 @@ type RegistryOptions struct {
 	// DefaultGrace; a negative value means do not wait at all.
 	Grace time.Duration
 	// Logger receives panics (with their stacks) and abandoned tools; nil
-	// means slog.Default().
+	// discards them (a library writes no log its user did not ask for).
 	Logger *slog.Logger
 }
 
@@ -88,7 +88,7 @@ func NewRegistry(opts RegistryOptions, tools ...Tool) (*Registry, error) {
 		r.grace = DefaultGrace
 	}
 	if r.logger == nil {
-		r.logger = slog.Default()
+		r.logger = slog.New(slog.DiscardHandler)
 	}
 	timeout := opts.Timeout
 	if timeout == 0 {
