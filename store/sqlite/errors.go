@@ -31,6 +31,9 @@ func mapErr(file, doing string, err error) error {
 	if errors.As(err, &re) {
 		return err
 	}
+	if outOfDescriptors(err) {
+		return dbErr(rein.CodeUnavailable, file, err, "sqlite: %s: %s", doing, msgNoDescriptors)
+	}
 	if errors.Is(err, sql.ErrConnDone) || errors.Is(err, errStoreClosed) {
 		return dbErr(rein.CodeUnavailable, file, err, "sqlite: %s: the store is closed", doing)
 	}
@@ -44,6 +47,10 @@ func mapErr(file, doing string, err error) error {
 		case sqlite3.SQLITE_IOERR:
 			return dbErr(rein.CodeUnavailable, file, err, "sqlite: %s: disk I/O error", doing)
 		case sqlite3.SQLITE_READONLY, sqlite3.SQLITE_PERM, sqlite3.SQLITE_CANTOPEN, sqlite3.SQLITE_AUTH:
+			if se.Code()&0xff == sqlite3.SQLITE_CANTOPEN && descriptorsExhausted() {
+				// The driver's error lost the errno: EMFILE reads as "cannot open".
+				return dbErr(rein.CodeUnavailable, file, err, "sqlite: %s: %s", doing, msgNoDescriptors)
+			}
 			return dbErr(rein.CodeUnavailable, file, err, "sqlite: %s: the database cannot be written (permissions or read-only file system)", doing)
 		case sqlite3.SQLITE_CORRUPT, sqlite3.SQLITE_NOTADB:
 			return dbErr(rein.CodeInternal, file, err, "sqlite: %s: the database file is damaged", doing)

@@ -1,0 +1,17 @@
+package store
+
+// Backlog is an optional capability (found by type assertion) of a backend
+// whose writes wait in a queue for a writer (SQLite's single writer, the
+// PostgreSQL append writers): how many wait now, and how many the queue
+// holds before its callers block. It lets admission control refuse new work
+// quickly while the store is behind, instead of letting every request wait
+// its turn until its deadline.
+//
+// Backlog MUST be cheap (no I/O, no lock a write holds) and safe for
+// concurrent use: it is read on every admission. The figures are a gauge,
+// not a promise: they may be stale by the time the caller acts on them.
+type Backlog interface {
+	// Backlog returns the writes queued and not yet taken by the writer,
+	// and the queue's capacity (≥ 1).
+	Backlog() (pending, capacity int)
+}
