@@ -4,13 +4,17 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"sync"
 	"time"
+
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/reinhq/rein"
 	"github.com/reinhq/rein/agent"
 	"github.com/reinhq/rein/run"
 	"github.com/reinhq/rein/store"
+	"github.com/reinhq/rein/telemetry/spans"
 	"github.com/reinhq/rein/tool"
 )
 
@@ -47,6 +51,14 @@ type liveRun struct {
 	expiry      *time.Timer
 	stopAt      time.Time
 	stopMode    string
+	// unparked: claimed to be taken up again after it parked.
+	unparked bool
+	// link is the span of the request that admitted the run (invalid when
+	// it was not admitted here); span is the run's own while it executes
+	// here (nil: tracing off), traceID its trace id for log lines.
+	link    trace.SpanContext
+	span    trace.Span
+	traceID string
 }
 
 func (lr *liveRun) key() rein.SessionKey { return lr.k }
@@ -68,7 +80,19 @@ func (lr *liveRun) fence() (store.Fence, error) {
 // track creates, registers and indexes the handle of a stored run. The
 // handle is not started.
 func (s *Service) track(rec *store.RunRecord) (*liveRun, error) {
-	lr := &liveRun{id: rec.ID, k: rec.Key(), rec: rec, w: newWriter(s.st, rec.Key(), s.cfg.Observer.EventsAppended)}
+	return s.hold(rec, trace.SpanContext{})
+}
+
+// trackAdmitted is track for the run of an admission SendMessage just
+// made: it logs the admission, and the run's span will be linked to the
+// span in ctx (the request that sent the message).
+func (s *Service) trackAdmitted(ctx context.Context, a admission, req MessageRequest) (*liveRun, error) {
+	s.logAdmitted(ctx, a, req)
+	return s.hold(a.rec, trace.SpanContextFromContext(ctx))
+}
+
+func (s *Service) hold(rec *store.RunRecord, link trace.SpanContext) (*liveRun, error) {
+	lr := &liveRun{id: rec.ID, k: rec.Key(), rec: rec, w: newWriter(s.st, rec.Key(), s.cfg.Observer.EventsAppended), link: link}
 	h, err := s.engine.Prepare(func(ctx context.Context, c *run.Control) run.Outcome {
 		return s.execute(ctx, c, lr)
 	}, run.Options{
@@ -81,9 +105,18 @@ func (s *Service) track(rec *store.RunRecord) (*liveRun, error) {
 		return nil, err
 	}
 	lr.h = h
+	if !rec.Deadline.IsZero() {
+		// While it waits for its turn the handle is CREATED, and the run
+		// package arms deadlines only at Start. Armed before the run is
+		// visible to other goroutines, which read lr.expiry under lr.mu.
+		lr.expiry = time.AfterFunc(time.Until(rec.Deadline), func() { h.Expire() })
+	}
 	s.mu.Lock()
 	if _, dup := s.live[rec.ID]; dup {
 		s.mu.Unlock()
+		if lr.expiry != nil {
+			lr.expiry.Stop()
+		}
 		return nil, fmt.Errorf("sessions: run %s is already held", rec.ID)
 	}
 	s.live[rec.ID] = lr
@@ -102,11 +135,6 @@ func (s *Service) track(rec *store.RunRecord) (*liveRun, error) {
 		s.untrack(lr)
 		s.kick(lr.key())
 	})
-	if !rec.Deadline.IsZero() {
-		// While it waits for its turn the handle is CREATED, and the run
-		// package arms deadlines only at Start.
-		lr.expiry = time.AfterFunc(time.Until(rec.Deadline), func() { lr.h.Expire() })
-	}
 	return lr, nil
 }
 
@@ -159,7 +187,7 @@ func (s *Service) startClaimed(c claim) {
 		}
 	}
 	lr.mu.Lock()
-	lr.rec, lr.lease, lr.started = c.rec, c.lease, true
+	lr.rec, lr.lease, lr.started, lr.unparked = c.rec, c.lease, true, c.unparked
 	if c.resumed {
 		lr.attempt = c.rec.Resumes + 1
 	}
@@ -189,6 +217,9 @@ func (s *Service) startClaimed(c claim) {
 		} else {
 			lr.h.Interrupt("server shutting down")
 		}
+		s.mu.Lock()
+		s.drainLate = append(s.drainLate, lr) // for the drain's summary
+		s.mu.Unlock()
 	}
 }
 
@@ -207,12 +238,13 @@ func (s *Service) endClaimedUnstarted(c claim) {
 	s.mu.Unlock()
 	es := stoppedBeforeStart(c.rec.ID, mode, reason)
 	reason = es.reason
-	wrote, err := s.life.end(ctx, c.rec.Key(), c.lease.Fence(), c.rec.ID, true, es)
+	ended, err := s.life.end(ctx, c.rec.Key(), c.lease.Fence(), c.rec.ID, true, es)
 	if err != nil {
 		s.log.Error("record end of a run stopped as it was claimed", "session", c.rec.Key().String(), "run", c.rec.ID, "err", err)
 		return
 	}
-	if wrote {
+	if ended != nil {
+		s.logEnd(ended, "")
 		s.releasedTurn(c.rec.Key())
 		s.runEnded(c.rec.Key(), c.rec.ID, reason.Status(), reason, nil)
 	}
@@ -228,17 +260,20 @@ func (s *Service) execute(ctx context.Context, c *run.Control, lr *liveRun) run.
 	lr.executed = true
 	lr.mu.Unlock()
 	s.cfg.Observer.RunStarted()
+	ctx = s.runStarted(ctx, lr, rec, attempt)
 	// A stop that lands now must reach the loop, which answers it (an
-	// interrupted reply, a valid transcript), not this read.
-	gctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
-	sess, err := s.st.GetSession(gctx, key)
-	cancel()
+	// interrupted reply, a valid transcript), not this read. No timer: a
+	// read is bounded by the store, and one per run was measurable.
+	sess, err := s.st.GetSession(context.WithoutCancel(ctx), key)
 	if err != nil {
 		return run.Outcome{Reason: rein.ReasonError, Err: fmt.Errorf("load session: %w", err)}
 	}
 	name := sess.Agent
 	if name == "" {
 		name = DefaultAgent
+	}
+	if s.tracing {
+		spans.SetAgent(trace.SpanFromContext(ctx), name)
 	}
 	ag := s.cfg.Agents[name]
 	if ag == nil {
@@ -277,23 +312,26 @@ func (s *Service) execute(ctx context.Context, c *run.Control, lr *liveRun) run.
 		Park:       true,
 		ParkOnStop: s.draining.Load,
 		Attempt:    attempt,
+		Observer:   s.probe,
 	}
-	out := ag.Loop.Run(ctx, c, turn)
-	return run.Outcome{Reason: out.Reason, Reply: out.Reply, Err: out.Err, Usage: out.Usage}
+	return ag.Loop.Run(ctx, c, turn)
 }
 
 // finish is the handle's Finish: it records the run's end in the store (one
 // write: see lifecycle.end) before the handle turns terminal.
 func (s *Service) finish(lr *liveRun, res run.Result) {
 	lr.mu.Lock()
-	started, lost, settled := lr.started, lr.lost, lr.settled
+	started, lost, settled, traceID := lr.started, lr.lost, lr.settled, lr.traceID
 	if lr.expiry != nil {
 		lr.expiry.Stop()
 	}
 	lr.mu.Unlock()
+	// Whatever path below ends the run's span, none is left open.
+	defer lr.endSpan(func(span trace.Span) { spans.EndRun(span, res.Status, res.Reason, errorText(res.Err)) })
 	switch {
 	case lost:
-		s.log.Warn("run abandoned: its turn lease was lost", "session", lr.key().String(), "run", lr.id)
+		lr.endSpan(spans.EndAbandoned)
+		s.runLog(slog.LevelWarn, "run abandoned: its turn lease was lost", lr.key(), lr.id, traceID)
 		return
 	case settled:
 		return
@@ -310,9 +348,10 @@ func (s *Service) finish(lr *liveRun, res run.Result) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	if wrote, err := s.life.end(ctx, lr.key(), store.Fence{}, lr.id, false, endState{reason: res.Reason}); err != nil {
+	if ended, err := s.life.end(ctx, lr.key(), store.Fence{}, lr.id, false, endState{reason: res.Reason}); err != nil {
 		s.log.Error("record end of queued run", "session", lr.key().String(), "run", lr.id, "err", err)
-	} else if wrote {
+	} else if ended != nil {
+		s.logEnd(ended, "")
 		s.runEnded(lr.key(), lr.id, res.Reason.Status(), res.Reason, nil)
 	} else {
 		// Claimed a moment ago: the claim's own path writes the end; it
@@ -346,8 +385,11 @@ func stoppedBeforeStart(runID, mode string, reason rein.Reason) endState {
 // lease released.
 func (s *Service) finishClaimed(lr *liveRun, res run.Result) {
 	key := lr.key()
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
+	// The end is written whatever it takes: a deadline here would leave
+	// the run RUNNING until its lease expired and it was recovered, and
+	// the store bounds its own waits (and fails them when it closes). No
+	// timer per run either.
+	ctx := context.Background()
 	if err := lr.w.Flush(ctx); err != nil {
 		s.log.Error("run events not all recorded", "session", key.String(), "run", lr.id, "err", err)
 	}
@@ -371,11 +413,17 @@ func (s *Service) finishClaimed(lr *liveRun, res run.Result) {
 		// Only a completed run has a final reply.
 		es.evs = withoutReply(es.evs)
 	}
-	if wrote, err := s.life.end(ctx, key, fence, lr.id, true, es); err != nil {
+	if ended, err := s.life.end(ctx, key, fence, lr.id, true, es); err != nil {
 		// The run stays RUNNING in the store; once its lease expires it is
 		// recovered (resumed from its last saved step).
 		s.log.Error("record run end", "session", key.String(), "run", lr.id, "err", err)
-	} else if wrote {
+		lr.endSpan(func(span trace.Span) { spans.EndUnrecorded(span, err) })
+	} else if ended != nil {
+		lr.mu.Lock()
+		traceID := lr.traceID
+		lr.mu.Unlock()
+		lr.endSpan(func(span trace.Span) { spans.EndRun(span, ended.Status, ended.Reason, ended.Error) })
+		s.logEnd(ended, traceID)
 		s.releasedTurn(key)
 		var reply *string
 		if res.Reason.HasReply() {
@@ -392,6 +440,8 @@ func (s *Service) finishClaimed(lr *liveRun, res run.Result) {
 // connection; an answer (on any instance) or its deadline takes it up again
 // (lifecycle.claimNext).
 func (s *Service) park(lr *liveRun) {
+	// This execution is over, whatever the writes below do; the run is not.
+	lr.endSpan(spans.EndParked)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	if err := lr.w.Flush(ctx); err != nil {
@@ -408,6 +458,11 @@ func (s *Service) park(lr *liveRun) {
 		s.releasedTurn(lr.key())
 	}
 	s.cfg.Observer.RunParked()
+	s.parked.Add(1)
+	lr.mu.Lock()
+	traceID := lr.traceID
+	lr.mu.Unlock()
+	s.runLog(slog.LevelInfo, "run parked", lr.key(), lr.id, traceID)
 }
 
 func withoutReply(evs []rein.Event) []rein.Event {
@@ -491,6 +546,8 @@ func (s *Service) runPump(key rein.SessionKey, p *pump) {
 				s.log.Warn("schedule session", "session", key.String(), "err", err)
 			}
 			wait = s.pumpRetry()
+		} else {
+			s.observeClaim(key, c)
 		}
 		for _, id := range c.ended {
 			s.runEndedInStore(key, id)
@@ -559,11 +616,12 @@ func (s *Service) isAdmitting(key rein.SessionKey) bool {
 // runEndedInStore reports a run that a schedule write ended (lost beyond
 // its resumes, expired, stopped while no one ran it).
 func (s *Service) runEndedInStore(key rein.SessionKey, runID string) {
-	if s.cfg.OnRunEnd == nil {
-		return
-	}
 	rec, err := s.st.GetRun(s.ctx, key, runID)
 	if err != nil || !rec.Status.Terminal() {
+		return
+	}
+	s.logEnd(rec, "")
+	if s.cfg.OnRunEnd == nil {
 		return
 	}
 	var reply *string
@@ -585,7 +643,10 @@ func (s *Service) waiting(key rein.SessionKey) []string {
 	var out []string
 	for _, lr := range lrs {
 		lr.mu.Lock()
-		if !lr.started && !lr.settled {
+		// A handle held for a run claimed at once (admitted RUNNING, or
+		// claimed by a pump) is about to be started by its claimer: it
+		// waits for nothing, and must not be taken for one gone.
+		if !lr.started && !lr.settled && lr.rec.Status == rein.StatusQueued {
 			out = append(out, lr.id)
 		}
 		lr.mu.Unlock()
@@ -655,6 +716,11 @@ func (s *Service) renewLoop() {
 				// A stop recorded on the run while its instance message was
 				// lost is applied here, at the latest one renewal later.
 				s.applyRecordedStop(lr.id)
+			case errors.Is(err, rein.ErrLeaseLost) && lr.h.Decided():
+				// The run's outcome is fixed and its end (or its parking)
+				// releases the lease in the same write: that write, fenced,
+				// is what finds out whether the lease was really lost.
+				continue
 			case errors.Is(err, rein.ErrLeaseLost):
 				lr.mu.Lock()
 				current := lr.lease == l

@@ -69,6 +69,8 @@ type admission struct {
 	target string
 	// messageID is the id of the user.message event.
 	messageID string
+	// messageSeq is its seq: the run's events all come after it.
+	messageSeq int64
 }
 
 // admit is the admission of a user.message: the busy decision, the run
@@ -159,7 +161,7 @@ func (lc *lifecycle) admit(ctx context.Context, key rein.SessionKey, req Message
 		if err != nil {
 			return err
 		}
-		a.messageID = stored[0].ID
+		a.messageID, a.messageSeq = stored[0].ID, stored[0].Seq
 		if front && running != nil {
 			// The stop is durable: whoever runs or resumes the run applies
 			// it, here or on another instance.
@@ -241,6 +243,14 @@ type claim struct {
 	// queued in the store (claimed by another instance, or ended there):
 	// the handles here must go, writing nothing.
 	gone []string
+	// unparked: the run taken up (rec) or ended (ended) was parked waiting
+	// for confirmations; from is the instance that ran it last.
+	unparked bool
+	from     string
+	// inDoubt lists the calls of inDoubtRun answered in doubt by this
+	// write (they may or may not have taken effect; never run again).
+	inDoubt    []rein.ToolCall
+	inDoubtRun string
 }
 
 // claimNext looks at the session's turn in the store and takes the next
@@ -391,17 +401,21 @@ func (lc *lifecycle) recoverLost(tx store.Tx, r *store.RunRecord, now time.Time,
 			byID[cf.ToolUseID] = cf
 		}
 	}
+	// waiting is decided below, before end is called.
+	waiting := false
 	end := func(reason rein.Reason, errText string) error {
 		c.ended = append(c.ended, r.ID)
 		msgs, evs := closeCalls(r.ID, asst, unanswered, byID, true)
+		c.noteInDoubt(r.ID, msgs)
+		c.unparked, c.from = waiting, r.Instance
 		if reason.HasReply() {
 			evs = append(evs, rein.NewEvent(rein.EventMessage, r.ID, rein.MessagePayload{RunID: r.ID, Text: "", Reason: reason, Usage: &r.Usage}))
 		}
-		return lc.writeEnd(tx, r, endState{reason: reason, errText: errText, msgs: msgs, evs: evs, usage: r.Usage}, now, 0)
+		_, err := lc.writeEnd(tx, r, endState{reason: reason, errText: errText, msgs: msgs, evs: evs, usage: r.Usage}, now, 0)
+		return err
 	}
 	// A run waiting for confirmations is not resumed or failed: it goes on
 	// waiting (docs/tools.md); taking it up again is no resume and spends none.
-	waiting := false
 	for _, c := range unanswered {
 		if cf := byID[c.ID]; cf != nil && (cf.State == store.ConfirmationPending || cf.State == store.ConfirmationAllowed) {
 			waiting = true
@@ -422,6 +436,7 @@ func (lc *lifecycle) recoverLost(tx store.Tx, r *store.RunRecord, now time.Time,
 	// if it was denied; a call still waiting for its confirmation keeps
 	// waiting.
 	msgs, evs := closeCalls(r.ID, asst, unanswered, byID, false)
+	c.noteInDoubt(r.ID, msgs)
 	if waiting && !anyAllowed(unanswered, byID) {
 		// Parked: nothing can run until an answer comes. It stays so,
 		// holding no lease; ConfirmTool wakes the session again.
@@ -459,7 +474,18 @@ func (lc *lifecycle) recoverLost(tx store.Tx, r *store.RunRecord, now time.Time,
 		}
 	}
 	c.rec, c.lease, c.resumed = rec, l, !waiting
+	c.unparked, c.from = waiting, r.Instance
 	return nil
+}
+
+// noteInDoubt records, for the log, the calls of msgs answered in doubt.
+func (c *claim) noteInDoubt(runID string, msgs []rein.Message) {
+	for _, m := range msgs {
+		if m.Role == rein.RoleTool && m.Text == rein.InDoubtToolOutput {
+			c.inDoubt = append(c.inDoubt, rein.ToolCall{ID: m.ToolCallID, Name: m.ToolName})
+			c.inDoubtRun = runID
+		}
+	}
 }
 
 // anyAllowed reports whether one of the open calls was allowed and not yet
@@ -690,12 +716,13 @@ type endState struct {
 }
 
 // end records a run's end in one write. fence and leaseToken are zero for
-// a run that never started here. It reports false, writing nothing, when
-// the run had already ended, or (unstarted) was claimed elsewhere.
-func (lc *lifecycle) end(ctx context.Context, key rein.SessionKey, fence store.Fence, runID string, started bool, es endState) (bool, error) {
-	wrote := false
+// a run that never started here. It returns the terminal record it wrote,
+// or nil, writing nothing, when the run had already ended, or (unstarted)
+// was claimed elsewhere.
+func (lc *lifecycle) end(ctx context.Context, key rein.SessionKey, fence store.Fence, runID string, started bool, es endState) (*store.RunRecord, error) {
+	var ended *store.RunRecord
 	err := lc.update(ctx, key, fence, func(tx store.Tx) error {
-		wrote = false
+		ended = nil
 		rec, err := tx.GetRun(runID)
 		if err != nil {
 			return err
@@ -703,34 +730,36 @@ func (lc *lifecycle) end(ctx context.Context, key rein.SessionKey, fence store.F
 		if rec.Status.Terminal() || (!started && rec.Status != rein.StatusQueued) {
 			return errNothing
 		}
-		if err := lc.writeEnd(tx, rec, es, tx.Now(), fence.Token); err != nil {
-			return err
-		}
-		wrote = true
-		return nil
+		ended, err = lc.writeEnd(tx, rec, es, tx.Now(), fence.Token)
+		return err
 	})
 	if errors.Is(err, errNothing) {
 		err = nil
 	}
-	return wrote, err
+	if err != nil {
+		ended = nil
+	}
+	return ended, err
 }
 
 // endUnstarted ends a queued run that never ran.
 func (lc *lifecycle) endUnstarted(tx store.Tx, r *store.RunRecord, reason rein.Reason, now time.Time) error {
-	return lc.writeEnd(tx, r, endState{reason: reason}, now, 0)
+	_, err := lc.writeEnd(tx, r, endState{reason: reason}, now, 0)
+	return err
 }
 
 // writeEnd is the end of a run inside a transaction: closing messages and
 // events, closed confirmations, the terminal record, session.run_completed
-// as the run's last event, and the lease released (leaseToken 0: none).
-func (lc *lifecycle) writeEnd(tx store.Tx, r *store.RunRecord, es endState, now time.Time, leaseToken int64) error {
+// as the run's last event, and the lease released (leaseToken 0: none). It
+// returns the terminal record.
+func (lc *lifecycle) writeEnd(tx store.Tx, r *store.RunRecord, es endState, now time.Time, leaseToken int64) (*store.RunRecord, error) {
 	if len(es.msgs) > 0 {
 		if err := tx.AppendHistory(es.msgs...); err != nil {
-			return err
+			return nil, err
 		}
 	}
 	if err := tx.CloseConfirmations(r.ID); err != nil {
-		return err
+		return nil, err
 	}
 	rolled := r.Stop == stopRollback
 	if rolled {
@@ -741,25 +770,26 @@ func (lc *lifecycle) writeEnd(tx store.Tx, r *store.RunRecord, es endState, now 
 	}
 	status := es.reason.Status()
 	usage := es.usage
-	if _, err := tx.UpdateRun(r.ID, store.RunUpdate{Status: status, Reason: es.reason, Error: es.errText,
-		EndedAt: now, Usage: &usage, RolledBack: rolled}); err != nil {
-		return err
+	ended, err := tx.UpdateRun(r.ID, store.RunUpdate{Status: status, Reason: es.reason, Error: es.errText,
+		EndedAt: now, Usage: &usage, RolledBack: rolled})
+	if err != nil {
+		return nil, err
 	}
 	evs := append(es.evs, rein.NewEvent(rein.EventRunCompleted, r.ID, rein.RunCompletedPayload{
 		RunID: r.ID, Status: status, Reason: es.reason, Error: es.errText, RolledBack: rolled}))
 	if _, err := tx.AppendEvents(evs...); err != nil {
-		return err
+		return nil, err
 	}
 	if leaseToken != 0 {
-		return tx.ReleaseLease(leaseToken)
+		return ended, tx.ReleaseLease(leaseToken)
 	}
 	// A lost run's lease (expired, not ours) goes too, so the turn is free.
 	if l, err := tx.Lease(); err != nil {
-		return err
+		return nil, err
 	} else if l != nil && l.RunID == r.ID && !l.ExpiresAt.After(now) {
-		return tx.ReleaseLease(l.Token)
+		return ended, tx.ReleaseLease(l.Token)
 	}
-	return nil
+	return ended, nil
 }
 
 // errorText is the error recorded on a failed run.

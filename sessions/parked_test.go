@@ -33,14 +33,7 @@ func (p *parkCounter) RunParked() {
 	}
 }
 
-type nop struct{}
-
-func (nop) RunEnded(rein.RunStatus, rein.Reason) {}
-func (nop) RunStarted()                          {}
-func (nop) AdmissionConflict()                   {}
-func (nop) StopLatency(string, time.Duration)    {}
-func (nop) EventsAppended(time.Duration, int)    {}
-func (nop) RunParked()                           {}
+type nop = sessions.NopObserver
 
 // parkMany parks n runs, each in its own session, and returns the service,
 // the sessions and their runs.

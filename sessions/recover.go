@@ -2,10 +2,12 @@ package sessions
 
 import (
 	"context"
+	"errors"
 	"sort"
 	"time"
 
 	"github.com/reinhq/rein"
+	"github.com/reinhq/rein/agent"
 )
 
 // Start takes up the work the store holds: every session with a queued or
@@ -13,7 +15,8 @@ import (
 // runs start in order without waiting for a request and runs whose
 // instance was lost are resumed once their lease has expired by the store's
 // clock. It then keeps looking, every TTL/3, for sessions left by lost
-// instances, until Drain or Close.
+// instances, until Drain or Close; with Config.Retention set it also
+// sweeps idle sessions (SweepRetention) until then.
 func (s *Service) Start(ctx context.Context) error {
 	if err := s.scan(ctx); err != nil {
 		return err
@@ -23,15 +26,19 @@ func (s *Service) Start(ctx context.Context) error {
 	s.wg.Add(2)
 	go s.renewLoop()
 	go s.reapLoop()
+	s.startRetention()
 	return nil
 }
 
-// scan kicks the pump of every session with an active run in the store.
+// scan kicks the pump of every session with an active run in the store,
+// and counts the runs this instance left parked (Stats.Parked) from the
+// same read.
 func (s *Service) scan(ctx context.Context) error {
 	active, err := s.st.ListRunsByStatus(ctx, rein.StatusRunning, rein.StatusQueued)
 	if err != nil {
 		return err
 	}
+	s.parked.Store(int64(s.countParked(active)))
 	seen := map[rein.SessionKey]bool{}
 	for _, r := range active {
 		k := r.Key()
@@ -70,19 +77,50 @@ func (s *Service) reapLoop() {
 // every ended run's session.run_completed is recorded, and flushes. ctx
 // bounds the whole drain.
 func (s *Service) Drain(ctx context.Context, timeout time.Duration) error {
+	began := time.Now()
 	s.draining.Store(true)
 	touched := map[rein.SessionKey]bool{}
+	stopped := map[*liveRun]bool{} // the runs it stopped: true once cancelled
 	for _, lr := range s.executing() {
 		touched[lr.key()] = true
 		lr.h.Interrupt("server shutting down")
+		stopped[lr] = false
 	}
 	t := time.NewTimer(timeout)
 	defer t.Stop()
 	if !s.waitIdle(ctx, t.C) {
-		for _, lr := range s.executing() {
+		runs := s.executing()
+		s.log.Warn("drain timeout: cancelling the runs still running", "runs", len(runs), "drain_timeout", timeout)
+		for _, lr := range runs {
 			lr.h.Cancel()
+			stopped[lr] = true
 		}
 		s.waitIdle(ctx, nil)
+	}
+	sum := drainStats{queued: s.heldWaiting()}
+	s.mu.Lock()
+	for _, lr := range s.drainLate {
+		if _, seen := stopped[lr]; !seen {
+			stopped[lr] = false
+		}
+	}
+	s.mu.Unlock()
+	for lr, cancelled := range stopped {
+		res, _ := lr.h.Result()
+		switch {
+		case errors.Is(res.Err, agent.ErrParked):
+			// Left waiting for its confirmations: counted with the parked
+			// runs below.
+		case cancelled:
+			sum.cancelled++
+		default:
+			sum.interrupted++
+		}
+	}
+	// The runs left waiting for confirmations, parked before the drain or
+	// during it: the store says which are this instance's.
+	if active, err := s.st.ListRunsByStatus(ctx, rein.StatusRunning); err == nil {
+		sum.parked = s.waitingForAnswers(ctx, active)
 	}
 	s.leave()
 	s.stop()
@@ -99,10 +137,28 @@ func (s *Service) Drain(ctx context.Context, timeout time.Duration) error {
 			s.log.Warn("flush on shutdown", "session", k.String(), "err", err)
 		}
 	}
+	sum.took = time.Since(began)
+	s.logDrain(sum)
 	if ctx.Err() != nil {
 		return ctx.Err()
 	}
 	return nil
+}
+
+// heldWaiting counts the runs held here that never started: they stay
+// queued in the store.
+func (s *Service) heldWaiting() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	n := 0
+	for _, lr := range s.live {
+		lr.mu.Lock()
+		if !lr.started && !lr.settled {
+			n++
+		}
+		lr.mu.Unlock()
+	}
+	return n
 }
 
 // executing returns the runs this instance has started and not yet ended.

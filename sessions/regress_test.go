@@ -1,11 +1,14 @@
 package sessions_test
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
+	"log/slog"
 	"runtime"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -371,4 +374,85 @@ func TestRegressionRepeatedStopWhileEnding(t *testing.T) {
 			}
 		})
 	}
+}
+
+// renewLost answers every RenewLease with ErrLeaseLost once armed, as the
+// store does for a lease that the run's own end write just released.
+type renewLost struct {
+	*holdEnd
+	lost    atomic.Bool
+	renewed chan struct{}
+	once    sync.Once
+}
+
+func (r *renewLost) RenewLease(ctx context.Context, l *store.Lease, ttl time.Duration) (*store.Lease, error) {
+	if r.lost.Load() {
+		r.once.Do(func() { close(r.renewed) })
+		return nil, rein.ErrLeaseLost
+	}
+	return r.holdEnd.RenewLease(ctx, l, ttl)
+}
+
+// A renewal that finds the lease gone while the run is writing its end (the
+// end releases the lease in the same write) does not fence the run: the end
+// is written, and nothing says the lease was lost.
+func TestRegressionRenewalDuringEndIsNotLeaseLoss(t *testing.T) {
+	hs := &holdEnd{Store: memory.New(), entered: make(chan struct{}), release: make(chan struct{})}
+	st := &renewLost{holdEnd: hs, renewed: make(chan struct{})}
+	hold := &holdTool{gates: map[string]chan struct{}{}, calls: map[string]int{}}
+	var logs regressLog
+	svc, err := reintest.ServiceWithTools("testdata/property.yaml", st, func(c *sessions.Config) {
+		c.LeaseTTL = 30 * time.Millisecond
+		c.Logger = slog.New(slog.NewTextHandler(&logs, nil))
+	}, hold)
+	if err != nil {
+		t.Fatal(err)
+	}
+	svc.Start(context.Background())
+	defer svc.Close()
+	f := &fixture{t: t, st: st, svc: svc}
+	f.newSession()
+	a := f.send("hold A", "")
+	f.waitEvent(func(e rein.Event) bool { return e.Type == rein.EventToolUse && e.RunID == a.RunID })
+	hs.mu.Lock()
+	hs.armed = true
+	hs.mu.Unlock()
+	hold.release(a.RunID)
+	select {
+	case <-hs.entered:
+	case <-time.After(10 * time.Second):
+		t.Fatal("A's end never came")
+	}
+	st.lost.Store(true)
+	select {
+	case <-st.renewed:
+	case <-time.After(10 * time.Second):
+		t.Fatal("no renewal while the end was held")
+	}
+	st.lost.Store(false)
+	close(hs.release)
+	if p := f.completed(a.RunID); p.Status != rein.StatusCompleted {
+		t.Errorf("A ended %+v", p)
+	}
+	if strings.Contains(logs.String(), "lease lost") {
+		t.Errorf("the run's own end was logged as a lost lease:\n%s", logs.String())
+	}
+}
+
+// regressLog is a bytes.Buffer safe for a logger and a reader.
+type regressLog struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *regressLog) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *regressLog) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
 }

@@ -25,11 +25,14 @@ import (
 	"sync/atomic"
 	"time"
 
+	"go.opentelemetry.io/otel/trace"
+
 	"github.com/reinhq/rein"
 	"github.com/reinhq/rein/agent"
 	"github.com/reinhq/rein/internal/id"
 	"github.com/reinhq/rein/run"
 	"github.com/reinhq/rein/store"
+	"github.com/reinhq/rein/telemetry/spans"
 	"github.com/reinhq/rein/tool"
 )
 
@@ -55,12 +58,22 @@ type Config struct {
 	// Workspace is the root directory for session workspaces (tools that
 	// write files); "" gives tools no workspace.
 	Workspace string
+	// Retention, when positive, deletes root sessions, with the sessions
+	// below them, once they have been idle longer than this (see
+	// SweepRetention); each instance sweeps at Start and then every
+	// Retention/10, at least 1 s and at most 1 minute apart. 0, the
+	// default, keeps sessions until they are deleted and runs no sweeper.
+	Retention time.Duration
 	// Logger (nil: discard).
 	Logger *slog.Logger
 	// Clock (nil: wall clock).
 	Clock rein.Clock
 	// Observer receives measurements (nil: none).
 	Observer Observer
+	// TracerProvider makes the spans of runs, model requests and tool
+	// calls (nil: no tracing). It is used as given, never installed
+	// globally; package telemetry builds one from the environment.
+	TracerProvider trace.TracerProvider
 	// System is the system prompt of sessions without an override.
 	System string
 	// OnRunEnd, when set, is called (on a goroutine of its own) after a
@@ -72,6 +85,17 @@ type Config struct {
 	// runs with one (CreateSessionRequest.Agent, default DefaultAgent).
 	// Nil means one agent, DefaultAgent, made of Agent and System.
 	Agents map[string]*Agent
+	// MaxRunsInFlight bounds the runs this instance holds (running, or
+	// queued for their session's turn): a user.message beyond it is
+	// refused at once with an *OverloadError (unavailable, Retry-After),
+	// writing nothing. 0 means DefaultMaxRunsInFlight; negative, no bound.
+	MaxRunsInFlight int
+	// MaxPendingWrites bounds the writes waiting in the store's writer
+	// queue (for stores with the store.Backlog capability): at or beyond
+	// it, new runs and new sessions are refused like MaxRunsInFlight. 0
+	// means the queue's capacity (refuse once writers would block);
+	// negative, no bound.
+	MaxPendingWrites int
 }
 
 // DefaultAgent is the agent of sessions created without one.
@@ -93,7 +117,10 @@ type Agent struct {
 }
 
 // Observer receives the service's measurements, for metrics. Methods are
-// called synchronously and must be fast and safe for concurrent use.
+// called synchronously and must be fast and safe for concurrent use; the
+// model and tool methods sit on every step, so they should not allocate.
+// Embed NopObserver to implement only some of them (and keep compiling
+// when methods are added).
 type Observer interface {
 	// RunEnded counts a run reaching a terminal status.
 	RunEnded(status rein.RunStatus, reason rein.Reason)
@@ -108,6 +135,17 @@ type Observer interface {
 	EventsAppended(d time.Duration, n int)
 	// RunParked counts a run that parked waiting for confirmations.
 	RunParked()
+	// RunUnparked counts a parked run taken up again by this instance
+	// (an answer came, or its deadline or a stop ends it).
+	RunUnparked()
+	// QueueWait observes the time from a run's admission to its start
+	// (RUNNING), for runs that start.
+	QueueWait(d time.Duration)
+	// ModelRequest observes one model request of a run, once its stream
+	// has ended.
+	ModelRequest(r agent.ModelResponse)
+	// ToolCall observes one tool execution of a run.
+	ToolCall(r agent.ToolResult)
 }
 
 // Service is the sessions service. Create it with New, call Start, and
@@ -125,6 +163,18 @@ type Service struct {
 
 	life *lifecycle
 
+	// tracer makes the run spans when tracing is on (tracing); probe
+	// observes every run's model requests and tool calls.
+	tracer  trace.Tracer
+	tracing bool
+	probe   agent.Observer
+	// parked counts the runs this instance parked that no one has taken up
+	// again (see Stats.Parked), as of the last look at the store.
+	parked atomic.Int64
+	// drainLate are runs claimed as a drain began, stopped by the claim
+	// itself (guarded by mu).
+	drainLate []*liveRun
+
 	draining atomic.Bool
 	closing  atomic.Bool    // Close, not Drain: runs are cancelled
 	wg       sync.WaitGroup // background loops
@@ -138,6 +188,8 @@ type Service struct {
 	// claimStops: how a stop asked a just-claimed run to end, when it let
 	// the run's handle go before the claim could start it.
 	claimStops map[string]string
+	// overload is the admission control of MaxRunsInFlight (admission.go).
+	overload admissionGate
 
 	// msgr carries messages between instances sharing the store (nil: the
 	// store has no such capability).
@@ -181,7 +233,7 @@ func New(cfg Config) (*Service, error) {
 		cfg.Logger = slog.New(slog.DiscardHandler)
 	}
 	if cfg.Observer == nil {
-		cfg.Observer = nopObserver{}
+		cfg.Observer = NopObserver{}
 	}
 	switch {
 	case cfg.ResumeAttempts == 0:
@@ -205,7 +257,10 @@ func New(cfg Config) (*Service, error) {
 		pumps:      map[rein.SessionKey]*pump{},
 		admits:     map[rein.SessionKey]int{},
 		claimStops: map[string]string{},
+		tracer:     spans.Tracer(cfg.TracerProvider),
+		tracing:    spans.Enabled(cfg.TracerProvider),
 	}
+	s.probe = &probe{s: s, spans: spans.Agent{Tracer: s.tracer}}
 	excl := false
 	if e, ok := cfg.Store.(store.Exclusive); ok {
 		excl = e.Exclusive()
@@ -218,14 +273,39 @@ func New(cfg Config) (*Service, error) {
 	return s, nil
 }
 
-type nopObserver struct{}
+// NopObserver is an Observer that does nothing: embed it to implement
+// only the methods you need.
+type NopObserver struct{}
 
-func (nopObserver) RunEnded(rein.RunStatus, rein.Reason) {}
-func (nopObserver) RunStarted()                          {}
-func (nopObserver) AdmissionConflict()                   {}
-func (nopObserver) StopLatency(string, time.Duration)    {}
-func (nopObserver) EventsAppended(time.Duration, int)    {}
-func (nopObserver) RunParked()                           {}
+// RunEnded implements Observer.
+func (NopObserver) RunEnded(rein.RunStatus, rein.Reason) {}
+
+// RunStarted implements Observer.
+func (NopObserver) RunStarted() {}
+
+// AdmissionConflict implements Observer.
+func (NopObserver) AdmissionConflict() {}
+
+// StopLatency implements Observer.
+func (NopObserver) StopLatency(string, time.Duration) {}
+
+// EventsAppended implements Observer.
+func (NopObserver) EventsAppended(time.Duration, int) {}
+
+// RunParked implements Observer.
+func (NopObserver) RunParked() {}
+
+// RunUnparked implements Observer.
+func (NopObserver) RunUnparked() {}
+
+// QueueWait implements Observer.
+func (NopObserver) QueueWait(time.Duration) {}
+
+// ModelRequest implements Observer.
+func (NopObserver) ModelRequest(agent.ModelResponse) {}
+
+// ToolCall implements Observer.
+func (NopObserver) ToolCall(agent.ToolResult) {}
 
 func (s *Service) now() time.Time { return s.cfg.Clock.Now() }
 
@@ -265,6 +345,9 @@ type CreateSessionRequest struct {
 // CreateSession creates a root session for owner.
 func (s *Service) CreateSession(ctx context.Context, owner string, req CreateSessionRequest) (*store.Session, error) {
 	if err := s.unavailableIfDraining(); err != nil {
+		return nil, err
+	}
+	if err := s.admitWrites(); err != nil {
 		return nil, err
 	}
 	md := req.Metadata
@@ -380,7 +463,9 @@ func (s *Service) Ready(ctx context.Context) error {
 		return err
 	}
 	if err := s.st.Ping(ctx); err != nil {
-		return rein.Errorf(rein.CodeUnavailable, "store unreachable: %w", err)
+		// The cause names the database (a host, a file): it is for the
+		// log, never for the message a client reads.
+		return &rein.Error{Code: rein.CodeUnavailable, Message: "the store is unreachable; retry later", Err: err}
 	}
 	return nil
 }

@@ -12,12 +12,17 @@ type Stats struct {
 	// Queued counts runs waiting for their session's lane (prepared or
 	// queued, not yet running).
 	Queued int
+	// Parked counts the runs this instance last ran that wait, parked,
+	// for tool confirmations (RUNNING in the store, executed by no one),
+	// as of its last look at the store (every lease TTL/3). A run parked by
+	// an instance that is gone is counted by none.
+	Parked int
 }
 
 // Stats returns the current counts. It is cheap (one pass over the live
 // registry) and safe to call from a metrics scrape.
 func (s *Service) Stats() Stats {
-	var st Stats
+	st := Stats{Parked: int(s.parked.Load())}
 	for _, h := range s.registry.Runs() {
 		switch h.Status() {
 		case rein.StatusRunning:

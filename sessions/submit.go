@@ -23,15 +23,28 @@ type MessageRequest struct {
 	Timeout time.Duration
 }
 
-// MessageResult is the answer to a user.message.
+// MessageResult is the answer to a user.message, and a handle on the run
+// it names: Wait blocks until that run ends.
 type MessageResult struct {
-	RunID  string
+	// RunID is the run the message started, or for a repeat the run its
+	// ClientID named.
+	RunID string
+	// Status is the run's status when SendMessage answered: RUNNING or
+	// QUEUED, or for a repeat whatever the run has come to.
 	Status rein.RunStatus
 	// MessageID is the id of the user.message event that carries the
 	// text ("" for a client_id repeat).
 	MessageID string
 	// Repeat is true when ClientID named an existing run: nothing started.
 	Repeat bool
+
+	// svc and key are where Wait reads the run's end (svc nil: the value
+	// did not come from SendMessage).
+	svc *Service
+	key rein.SessionKey
+	// after is a cursor no later than the run's first event (0: the
+	// log's start, for a repeat).
+	after int64
 }
 
 // SendMessage starts a run for a user message, or queues it, or rejects it
@@ -57,6 +70,14 @@ func (s *Service) SendMessage(ctx context.Context, key rein.SessionKey, req Mess
 			return MessageResult{}, err
 		}
 	}
+	// Beyond the admission bounds the message is refused before anything
+	// is written (admission.go); a client_id repeat too, as a repeat
+	// retried later answers the same.
+	release, err := s.reserveRun()
+	if err != nil {
+		return MessageResult{}, err
+	}
+	defer release()
 	done := s.admitting(key)
 	a, err := s.life.admit(ctx, key, req)
 	if err != nil {
@@ -68,16 +89,16 @@ func (s *Service) SendMessage(ctx context.Context, key rein.SessionKey, req Mess
 	}
 	if a.repeat {
 		done()
-		return MessageResult{RunID: a.rec.ID, Status: s.statusOf(ctx, a.rec), Repeat: true}, nil
+		return MessageResult{RunID: a.rec.ID, Status: s.statusOf(ctx, a.rec), Repeat: true, svc: s, key: key}, nil
 	}
-	_, err = s.track(a.rec)
+	_, err = s.trackAdmitted(ctx, a, req)
 	done()
 	if err != nil {
 		// The run is in the store: it is claimed like one left by a lost
 		// instance.
 		s.log.Error("hold admitted run", "session", key.String(), "run", a.rec.ID, "err", err)
 		s.kick(key)
-		return MessageResult{RunID: a.rec.ID, Status: a.rec.Status, MessageID: a.messageID}, nil
+		return s.admitted(key, a), nil
 	}
 	if a.lease != nil {
 		s.startClaimed(claim{rec: a.rec, lease: a.lease})
@@ -87,7 +108,12 @@ func (s *Service) SendMessage(ctx context.Context, key rein.SessionKey, req Mess
 	if a.target != "" {
 		s.stopForMessage(key, a.target, req.WhenBusy)
 	}
-	return MessageResult{RunID: a.rec.ID, Status: a.rec.Status, MessageID: a.messageID}, nil
+	return s.admitted(key, a), nil
+}
+
+// admitted is the answer to a message whose run a just admitted.
+func (s *Service) admitted(key rein.SessionKey, a admission) MessageResult {
+	return MessageResult{RunID: a.rec.ID, Status: a.rec.Status, MessageID: a.messageID, svc: s, key: key, after: a.messageSeq - 1}
 }
 
 // stopForMessage stops the run a when_busy interrupt or rollback chose. The
