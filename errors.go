@@ -19,6 +19,7 @@ const (
 	CodeConflict        Code = "conflict"          // 409
 	CodeUnavailable     Code = "unavailable"       // 503
 	CodeTooLarge        Code = "payload_too_large" // 413
+	CodeTooManyRequests Code = "too_many_requests" // 429, e.g. too many open event streams
 	CodeInternal        Code = "internal"          // 500
 )
 
@@ -37,6 +38,8 @@ func (c Code) HTTPStatus() int {
 		return 503
 	case CodeTooLarge:
 		return 413
+	case CodeTooManyRequests:
+		return 429
 	default:
 		return 500
 	}
@@ -88,6 +91,7 @@ var (
 	ErrUnavailable     = &Error{Code: CodeUnavailable}
 	ErrUnauthenticated = &Error{Code: CodeUnauthenticated}
 	ErrTooLarge        = &Error{Code: CodeTooLarge}
+	ErrTooManyRequests = &Error{Code: CodeTooManyRequests}
 	ErrInternal        = &Error{Code: CodeInternal}
 )
 

@@ -117,7 +117,7 @@ func TestErrorCodes(t *testing.T) {
 		t.Fatal("CodeOf")
 	}
 	for code, status := range map[rein.Code]int{rein.CodeUnauthenticated: 401, rein.CodeNotFound: 404, rein.CodeInvalidArgument: 400,
-		rein.CodeSessionBusy: 409, rein.CodeConflict: 409, rein.CodeUnavailable: 503, rein.CodeTooLarge: 413, rein.CodeInternal: 500} {
+		rein.CodeSessionBusy: 409, rein.CodeConflict: 409, rein.CodeUnavailable: 503, rein.CodeTooLarge: 413, rein.CodeTooManyRequests: 429, rein.CodeInternal: 500} {
 		if code.HTTPStatus() != status {
 			t.Errorf("%s → %d", code, code.HTTPStatus())
 		}

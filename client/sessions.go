@@ -98,6 +98,15 @@ func (c *Client) GetSession(ctx context.Context, sessionID string) (*Session, er
 	return &s, nil
 }
 
+// DeleteSession deletes a session for good, with every session below it
+// (its subagent children, theirs, ...), their events, runs and workspaces.
+// It fails with session_busy (errors.Is(err, rein.ErrSessionBusy); the
+// *Error's RunID names the run) while a run of any of them is queued or
+// running, and with not_found for a missing session or another owner's.
+func (c *Client) DeleteSession(ctx context.Context, sessionID string) error {
+	return c.do(ctx, http.MethodDelete, sessionPath(sessionID), nil, nil, nil, nil)
+}
+
 // Run is a run as the server describes it.
 type Run struct {
 	// RunID is the run id.

@@ -6,6 +6,8 @@ import (
 	"encoding/json"
 	"errors"
 	"net/http"
+	"strconv"
+	"strings"
 
 	"github.com/reinhq/rein"
 )
@@ -16,49 +18,154 @@ type errorBody struct {
 	Message string    `json:"message"`
 	Param   string    `json:"param,omitempty"`
 	RunID   string    `json:"run_id,omitempty"`
+	// RequestID is the request's X-Request-Id: the key to the server's log
+	// line that holds what the message leaves out.
+	RequestID string `json:"request_id,omitempty"`
 }
 
+// The messages of answers whose cause is not one of Rein's own rules (a
+// bug, a failing database): the cause names hosts, files and driver
+// internals, so it goes to the log and the client is told what happened
+// and what it can do.
+const (
+	msgInternal    = "the server failed on this request; retry, and if it keeps failing, give the server's operator the request id"
+	msgUnavailable = "the server cannot use its store right now; retry later"
+)
+
+// retryAfterSeconds is the Retry-After of a too_many_requests answer: a
+// slot frees as soon as another stream of the owner closes, so a short
+// wait is enough.
+const retryAfterSeconds = 5
+
 // publicError turns err into what a client may see: its code, its status,
-// and a message that never carries a stack trace or an internal cause. An
-// error without a code is internal, and its text stays in the logs.
+// and a message that never carries a stack trace or an internal cause
+// (decision 0053). An error without a code is internal.
 func publicError(err error) (int, errorBody) {
 	var re *rein.Error
-	if !errors.As(err, &re) {
-		return http.StatusInternalServerError, errorBody{Code: rein.CodeInternal, Message: "internal error"}
+	if !errors.As(err, &re) || re.Code == rein.CodeInternal || re.Code.HTTPStatus() == http.StatusInternalServerError {
+		return http.StatusInternalServerError, errorBody{Code: rein.CodeInternal, Message: msgInternal}
 	}
-	if re.Code == rein.CodeInternal {
-		return http.StatusInternalServerError, errorBody{Code: rein.CodeInternal, Message: "internal error"}
-	}
-	body := errorBody{Code: re.Code, Message: re.Message, Param: re.Param}
-	if body.Message == "" {
-		body.Message = string(re.Code)
-	}
+	body := errorBody{Code: re.Code, Param: re.Param}
 	if re.Code == rein.CodeSessionBusy {
 		body.RunID = re.RunID
+	}
+	if re.Code == rein.CodeUnavailable && foreignCause(re) {
+		body.Message = msgUnavailable
+	} else if body.Message = publicMessage(re); body.Message == "" {
+		body.Message = genericMessage(re.Code)
 	}
 	return re.Code.HTTPStatus(), body
 }
 
-// writeError answers err as a JSON error body, logging what the client is
-// not told. extra fields (e.g. a batch's "results") join the top level.
+// foreignCause reports whether re's chain holds an error that is not a
+// *rein.Error: a cause from outside Rein's rules (a driver, the network,
+// the file system), which only the log may see.
+func foreignCause(re *rein.Error) bool {
+	for cause := re.Err; cause != nil; {
+		inner, ok := cause.(*rein.Error)
+		if !ok {
+			return true
+		}
+		cause = inner.Err
+	}
+	return false
+}
+
+// publicMessage is re's message without its cause's text, or "" when that
+// cannot be cut out cleanly. rein.Errorf formats a %w operand into the
+// message ("store unreachable: dial tcp 10.0.0.5:5432: ..."), so the
+// message of a wrapped error carries the very text the log is for. A
+// cause that is itself a rein error is Rein's own text: it stays, as its
+// own public message (so no message repeats a code). Any other cause is
+// cut when it is the message's ": ..." tail; in any other place the whole
+// message is withheld.
+func publicMessage(re *rein.Error) string {
+	msg := strings.TrimPrefix(re.Message, string(re.Code)+": ")
+	if re.Err == nil {
+		return msg
+	}
+	cause := re.Err.Error()
+	if cause == "" || !strings.Contains(msg, cause) {
+		// The cause was attached beside the message, not formatted into it.
+		return msg
+	}
+	if inner, ok := re.Err.(*rein.Error); ok && inner.Code != rein.CodeInternal && !(inner.Code == rein.CodeUnavailable && foreignCause(inner)) {
+		if in := publicMessage(inner); in != "" {
+			return strings.Replace(msg, cause, in, 1)
+		}
+	}
+	if rest, ok := strings.CutSuffix(msg, ": "+cause); ok && rest != "" {
+		return rest
+	}
+	return ""
+}
+
+// genericMessage stands in for a message that could not be shown.
+func genericMessage(c rein.Code) string {
+	switch c {
+	case rein.CodeUnauthenticated:
+		return "a valid bearer token is required (Authorization: Bearer TOKEN)"
+	case rein.CodeNotFound:
+		return "not found"
+	case rein.CodeInvalidArgument:
+		return "the request is invalid"
+	case rein.CodeSessionBusy:
+		return "the session is busy with another run"
+	case rein.CodeConflict:
+		return "the request conflicts with the current state; read it again and retry"
+	case rein.CodeTooLarge:
+		return "the request body is too large"
+	case rein.CodeTooManyRequests:
+		return "too many requests; retry later"
+	case rein.CodeUnavailable:
+		return "the server is unavailable; retry later"
+	}
+	return msgInternal
+}
+
+// writeError answers err as a JSON error body carrying the request id, and
+// logs, under that id, the full error whenever the answer leaves something
+// out. extra fields (e.g. a batch's "results") join the top level.
 func (s *Server) writeError(w http.ResponseWriter, r *http.Request, err error, extra map[string]any) {
-	status, body := publicError(err)
+	status, body := publicError(unavailableOnDeadline(err))
 	info := infoOf(r.Context())
+	body.RequestID = info.id
+	info.errCode = body.Code
 	switch {
-	case status >= 500 && !errors.Is(err, context.Canceled):
-		s.log.Error("request failed", "request_id", info.id, "owner", info.owner, "session", info.session, "run", info.run, "err", err)
 	case errors.Is(err, context.Canceled):
 		s.log.Debug("request abandoned by the client", "request_id", info.id, "err", err)
+	case isOverload(err):
+		// The service logs when overload begins and ends; a line per
+		// refused request would flood the log when it can least afford it.
+		s.log.Debug("request refused: overloaded", "request_id", info.id, "err", err)
+	case status >= 500 || hidesCause(err):
+		level := s.log.Warn
+		if status == http.StatusInternalServerError {
+			level = s.log.Error
+		}
+		level("request failed", "request_id", info.id, "status", status, "code", body.Code,
+			"owner", info.owner, "session", info.session, "run", info.run, "err", err)
 	}
-	info.errCode = body.Code
 	out := map[string]any{"error": body}
 	for k, v := range extra {
 		out[k] = v
 	}
-	if status == http.StatusUnauthorized {
+	switch status {
+	case http.StatusUnauthorized:
 		w.Header().Set("WWW-Authenticate", `Bearer realm="rein"`)
+	case http.StatusTooManyRequests:
+		w.Header().Set("Retry-After", strconv.Itoa(retryAfterSeconds))
+	case http.StatusServiceUnavailable:
+		w.Header().Set("Retry-After", strconv.Itoa(retryAfter(err)))
 	}
 	writeJSON(w, status, out)
+}
+
+// hidesCause reports whether err's answer leaves a cause out: the cause
+// is then logged, whatever the status.
+func hidesCause(err error) bool {
+	var re *rein.Error
+	return !errors.As(err, &re) || foreignCause(re)
 }
 
 // writeJSON answers v as JSON with the status.
@@ -71,7 +178,7 @@ func writeJSON(w http.ResponseWriter, status int, v any) {
 		// the client still gets a well-formed error.
 		status = http.StatusInternalServerError
 		buf.Reset()
-		buf.WriteString(`{"error":{"code":"internal","message":"internal error"}}` + "\n")
+		buf.WriteString(`{"error":{"code":"internal","message":"` + msgInternal + `"}}` + "\n")
 	}
 	h := w.Header()
 	h.Set("Content-Type", "application/json")

@@ -38,7 +38,7 @@ func (s *Server) readyz(w http.ResponseWriter, r *http.Request) {
 	defer cancel()
 	if err := s.svc.Ready(ctx); err != nil {
 		if rein.CodeOf(err) != rein.CodeUnavailable {
-			err = rein.Errorf(rein.CodeUnavailable, "not ready: %w", err)
+			err = &rein.Error{Code: rein.CodeUnavailable, Message: "not ready: the store did not answer; retry later", Err: err}
 		}
 		s.writeError(w, r, err, nil)
 		return
@@ -145,7 +145,8 @@ func readBody(w http.ResponseWriter, r *http.Request) ([]byte, error) {
 	case errors.As(err, &tooBig):
 		return nil, rein.Errorf(rein.CodeTooLarge, "the request body exceeds %d bytes", MaxBodyBytes)
 	case err != nil:
-		return nil, rein.Errorf(rein.CodeInvalidArgument, "could not read the request body: %w", err)
+		// The cause names the connection's addresses: it is for the log.
+		return nil, &rein.Error{Code: rein.CodeInvalidArgument, Message: "could not read the whole request body (the connection failed or was too slow); send the request again", Err: err}
 	}
 	return b, nil
 }

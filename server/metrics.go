@@ -9,6 +9,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/reinhq/rein"
+	"github.com/reinhq/rein/agent"
 	"github.com/reinhq/rein/model"
 	"github.com/reinhq/rein/sessions"
 )
@@ -37,10 +38,39 @@ type Metrics struct {
 	httpRequests   *prometheus.CounterVec
 	httpDuration   *prometheus.HistogramVec
 	modelRetries   *prometheus.CounterVec
+	unparked       prometheus.Counter
+	queueWait      prometheus.Histogram
+	modelDuration  *prometheus.HistogramVec
+	modelFirst     *prometheus.HistogramVec
+	modelTokens    *prometheus.CounterVec
+	modelErrors    *prometheus.CounterVec
+	toolDuration   *prometheus.HistogramVec
+	toolErrors     *prometheus.CounterVec
+
+	// The series of each model and tool, looked up once: the observer
+	// methods run on every step and must not allocate label slices.
+	seriesMu sync.RWMutex
+	models   map[string]*modelSeries
+	tools    map[string]*toolSeries
 
 	mu   sync.Mutex
 	live func() sessions.Stats // set by New; nil until a server uses these metrics
 }
+
+type modelSeries struct {
+	duration, firstDelta prometheus.Observer
+	input, output        prometheus.Counter
+	errors               prometheus.Counter
+}
+
+type toolSeries struct {
+	duration prometheus.Observer
+	errors   prometheus.Counter
+}
+
+// unknownTool is the tool label of calls to a tool the run does not have
+// (a model can name anything: the label set stays bounded).
+const unknownTool = "(unknown)"
 
 var _ sessions.Observer = (*Metrics)(nil)
 
@@ -61,8 +91,14 @@ func NewInstanceMetrics(reg *prometheus.Registry, instance string) (*Metrics, er
 	// Latencies here span microseconds (an in-process cancel, an append to
 	// memory) to seconds (a cooperative interrupt waiting for a tool).
 	fine := prometheus.ExponentialBuckets(50e-6, 2.5, 14) // 50 µs … ≈ 7.5 s
+	// Model requests take from tens of milliseconds to minutes; tools and
+	// queue waits from microseconds (a lookup) to minutes (a build).
+	slow := prometheus.ExponentialBuckets(0.01, 2, 15) // 10 ms … ≈ 164 s
+	wide := prometheus.ExponentialBuckets(1e-4, 3, 15) // 100 µs … ≈ 478 s
 	m := &Metrics{
-		reg: reg,
+		reg:    reg,
+		models: map[string]*modelSeries{},
+		tools:  map[string]*toolSeries{},
 		runsStarted: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "rein_runs_started_total",
 			Help: "Runs admitted to execution (recorded RUNNING) by this instance.",
@@ -110,6 +146,42 @@ func NewInstanceMetrics(reg *prometheus.Registry, instance string) (*Metrics, er
 			Name: "rein_model_retries_total",
 			Help: "Model requests retried before their first streamed byte, by provider and the failed attempt's HTTP status (0: no response).",
 		}, []string{"provider", "status"}),
+		unparked: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "rein_runs_unparked_total",
+			Help: "Parked runs this instance took up again: an answer came, or a deadline or a stop ended them.",
+		}),
+		queueWait: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name:    "rein_queue_wait_seconds",
+			Help:    "Time from a run's admission to its start (RUNNING), for runs started on this instance.",
+			Buckets: wide,
+		}),
+		modelDuration: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name:    "rein_model_request_duration_seconds",
+			Help:    "Time from sending a model request to the end of its stream, for requests that finished (not failed, not cut by a stop), by model.",
+			Buckets: slow,
+		}, []string{"model"}),
+		modelFirst: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name:    "rein_model_first_delta_seconds",
+			Help:    "Time from sending a model request to its first streamed text, by model.",
+			Buckets: slow,
+		}, []string{"model"}),
+		modelTokens: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "rein_model_tokens_total",
+			Help: "Tokens of model requests as the provider reported them, by model and direction (input, output).",
+		}, []string{"model", "direction"}),
+		modelErrors: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "rein_model_request_errors_total",
+			Help: "Model requests that failed (after their retries; not those cut by a stop), by model.",
+		}, []string{"model"}),
+		toolDuration: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name:    "rein_tool_call_duration_seconds",
+			Help:    "Execution time of tool calls not cut by a stop (a confirmation's wait excluded), by tool.",
+			Buckets: wide,
+		}, []string{"tool"}),
+		toolErrors: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "rein_tool_call_errors_total",
+			Help: "Tool calls whose result is an error (failed, timed out, unknown tool; not those cut by a stop), by tool.",
+		}, []string{"tool"}),
 	}
 	var registerer prometheus.Registerer = reg
 	if instance != "" {
@@ -117,7 +189,9 @@ func NewInstanceMetrics(reg *prometheus.Registry, instance string) (*Metrics, er
 	}
 	for _, c := range []prometheus.Collector{
 		m.runsStarted, m.runsEnded, m.admission, m.parked, m.stopLatency, m.appendSeconds,
-		m.eventsAppended, m.sseSubscribers, m.httpRequests, m.httpDuration, m.modelRetries, liveCollector{m},
+		m.eventsAppended, m.sseSubscribers, m.httpRequests, m.httpDuration, m.modelRetries, m.unparked,
+		m.queueWait, m.modelDuration, m.modelFirst, m.modelTokens, m.modelErrors, m.toolDuration, m.toolErrors,
+		liveCollector{m},
 	} {
 		if err := registerer.Register(c); err != nil {
 			return nil, err
@@ -160,6 +234,87 @@ func (m *Metrics) AdmissionConflict() { m.admission.Inc() }
 // RunParked implements sessions.Observer.
 func (m *Metrics) RunParked() { m.parked.Inc() }
 
+// RunUnparked implements sessions.Observer.
+func (m *Metrics) RunUnparked() { m.unparked.Inc() }
+
+// QueueWait implements sessions.Observer.
+func (m *Metrics) QueueWait(d time.Duration) { m.queueWait.Observe(d.Seconds()) }
+
+// ModelRequest implements sessions.Observer.
+func (m *Metrics) ModelRequest(r agent.ModelResponse) {
+	ms := m.model(r.Model)
+	if r.Usage.InputTokens > 0 {
+		ms.input.Add(float64(r.Usage.InputTokens))
+	}
+	if r.Usage.OutputTokens > 0 {
+		ms.output.Add(float64(r.Usage.OutputTokens))
+	}
+	if r.FirstDelta > 0 {
+		ms.firstDelta.Observe(r.FirstDelta.Seconds())
+	}
+	switch {
+	case r.Stopped:
+	case r.Err != nil:
+		ms.errors.Inc()
+	default:
+		ms.duration.Observe(r.Duration.Seconds())
+	}
+}
+
+// ToolCall implements sessions.Observer.
+func (m *Metrics) ToolCall(r agent.ToolResult) {
+	if r.Stopped {
+		return
+	}
+	name := r.Name
+	if !r.Known {
+		name = unknownTool
+	}
+	ts := m.tool(name)
+	ts.duration.Observe(r.Duration.Seconds())
+	if r.IsError {
+		ts.errors.Inc()
+	}
+}
+
+func (m *Metrics) model(name string) *modelSeries {
+	m.seriesMu.RLock()
+	ms := m.models[name]
+	m.seriesMu.RUnlock()
+	if ms != nil {
+		return ms
+	}
+	m.seriesMu.Lock()
+	defer m.seriesMu.Unlock()
+	if ms = m.models[name]; ms == nil {
+		ms = &modelSeries{
+			duration:   m.modelDuration.WithLabelValues(name),
+			firstDelta: m.modelFirst.WithLabelValues(name),
+			input:      m.modelTokens.WithLabelValues(name, "input"),
+			output:     m.modelTokens.WithLabelValues(name, "output"),
+			errors:     m.modelErrors.WithLabelValues(name),
+		}
+		m.models[name] = ms
+	}
+	return ms
+}
+
+func (m *Metrics) tool(name string) *toolSeries {
+	m.seriesMu.RLock()
+	ts := m.tools[name]
+	m.seriesMu.RUnlock()
+	if ts != nil {
+		return ts
+	}
+	m.seriesMu.Lock()
+	defer m.seriesMu.Unlock()
+	if ts = m.tools[name]; ts == nil {
+		ts = &toolSeries{duration: m.toolDuration.WithLabelValues(name), errors: m.toolErrors.WithLabelValues(name)}
+		m.tools[name] = ts
+	}
+	return ts
+}
+
 // StopLatency implements sessions.Observer.
 func (m *Metrics) StopLatency(mode string, d time.Duration) {
 	m.stopLatency.WithLabelValues(mode).Observe(d.Seconds())
@@ -188,11 +343,14 @@ var (
 		"Runs this instance holds live, by status (RUNNING, QUEUED).", []string{"status"}, nil)
 	queueDesc = prometheus.NewDesc("rein_queue_depth",
 		"Runs waiting in session lanes on this instance.", nil, nil)
+	parkedDesc = prometheus.NewDesc("rein_runs_parked",
+		"Runs this instance last ran that are parked waiting for tool confirmations (RUNNING, executed by no one), as of its last look at the store.", nil, nil)
 )
 
 func (c liveCollector) Describe(ch chan<- *prometheus.Desc) {
 	ch <- runsDesc
 	ch <- queueDesc
+	ch <- parkedDesc
 }
 
 func (c liveCollector) Collect(ch chan<- prometheus.Metric) {
@@ -206,4 +364,5 @@ func (c liveCollector) Collect(ch chan<- prometheus.Metric) {
 	ch <- prometheus.MustNewConstMetric(runsDesc, prometheus.GaugeValue, float64(st.Running), string(rein.StatusRunning))
 	ch <- prometheus.MustNewConstMetric(runsDesc, prometheus.GaugeValue, float64(st.Queued), string(rein.StatusQueued))
 	ch <- prometheus.MustNewConstMetric(queueDesc, prometheus.GaugeValue, float64(st.Queued))
+	ch <- prometheus.MustNewConstMetric(parkedDesc, prometheus.GaugeValue, float64(st.Parked))
 }

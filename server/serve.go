@@ -17,8 +17,8 @@ import (
 const drainSlack = 30 * time.Second
 
 // Serve starts the service (resuming queued runs and recovering lost
-// ones), serves HTTP on ln until ctx is done, then shuts down gracefully
-// (docs/api.md Shutdown):
+// ones), serves HTTP on ln — HTTPS only when Config has a TLS certificate —
+// until ctx is done, then shuts down gracefully (docs/api.md Shutdown):
 //
 //  1. stop admitting: new sessions, messages and supplements get 503
 //     unavailable and /readyz fails (reads and stops keep working);
@@ -46,14 +46,29 @@ func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
 		ln.Close()
 		return fmt.Errorf("server: start the sessions service: %w", err)
 	}
+	ln = guardAccept(ln, s.log)
 	hs := &http.Server{
-		Handler:           s,
-		ReadHeaderTimeout: 10 * time.Second,
-		IdleTimeout:       2 * time.Minute,
+		Handler: s,
+		// ReadTimeout bounds reading a request, its body included, and
+		// no more: net/http lifts the connection's read deadline once the
+		// body is read (HTTP/1.1) or bounds only the body (HTTP/2), so an
+		// event stream outlives it (TestStreamOutlivesReadTimeout). There
+		// is no WriteTimeout: it would cut streams; each stream write has
+		// a deadline of its own instead.
+		ReadHeaderTimeout: readHeaderTimeout,
+		ReadTimeout:       s.readTimeout,
+		IdleTimeout:       s.idleTimeout,
 		ErrorLog:          slog.NewLogLogger(s.log.Handler(), slog.LevelWarn),
 	}
 	served := make(chan error, 1)
-	go func() { served <- hs.Serve(ln) }()
+	if s.certs != nil {
+		// HTTPS only: a plain-HTTP request on this listener is answered
+		// 400 by net/http and goes no further.
+		hs.TLSConfig = s.certs.tlsConfig(s.log)
+		go func() { served <- hs.ServeTLS(ln, "", "") }()
+	} else {
+		go func() { served <- hs.Serve(ln) }()
+	}
 
 	var serveErr error
 	select {

@@ -35,6 +35,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/reinhq/rein"
 	"github.com/reinhq/rein/internal/id"
@@ -59,6 +60,9 @@ type Config struct {
 	// Registry is where fresh Metrics are registered when Metrics is nil
 	// (nil: a new registry). Never the process-wide default registry.
 	Registry *prometheus.Registry
+	// TracerProvider makes one span per request (nil: no tracing); pass
+	// the service's, so runs link to the requests that admitted them.
+	TracerProvider trace.TracerProvider
 	// Heartbeat is the longest an event stream stays silent: a comment
 	// line is sent after this long without events (default 15 s).
 	Heartbeat time.Duration
@@ -68,6 +72,25 @@ type Config struct {
 	// ShutdownTimeout bounds the last phase of Serve's shutdown, waiting
 	// for in-flight requests once runs are drained (default 5 s).
 	ShutdownTimeout time.Duration
+	// TLSCertFile and TLSKeyFile are PEM files of a certificate (with its
+	// chain) and its key: both set, Serve answers HTTPS only, and re-reads
+	// the files when they change. Both or neither.
+	TLSCertFile, TLSKeyFile string
+	// CORSOrigins are the origins (scheme://host[:port]) whose web pages
+	// may call the API from a browser. Empty: CORS is off and no answer
+	// carries a CORS header. "*" allows any origin, and only with Tokens.
+	CORSOrigins []string
+	// MaxStreamsPerOwner caps each owner's open event streams; one more
+	// is answered 429 too_many_requests (0: DefaultMaxStreamsPerOwner;
+	// negative: no cap).
+	MaxStreamsPerOwner int
+	// ReadTimeout bounds reading one request, its body included
+	// (default DefaultReadTimeout); it ends once the request is read, so
+	// event streams and slow answers outlive it.
+	ReadTimeout time.Duration
+	// IdleTimeout closes a keep-alive connection idle this long (default
+	// DefaultIdleTimeout).
+	IdleTimeout time.Duration
 }
 
 // Server is the HTTP API. It is an http.Handler; Serve runs it on a
@@ -77,11 +100,18 @@ type Server struct {
 	auth      *authenticator
 	log       *slog.Logger
 	metrics   *Metrics
+	tracing   *tracing // nil: tracing off
 	heartbeat time.Duration
 	drain     time.Duration
 	shutdown  time.Duration
 	mux       *http.ServeMux
 	routes    []Route
+	// Serving beyond loopback (tls.go, cors.go, limits.go).
+	certs       *certFiles // nil: plain HTTP
+	corsPolicy  *corsPolicy
+	streamLimit *streamLimit
+	readTimeout time.Duration
+	idleTimeout time.Duration
 
 	// streams is the parent of every event stream's lifetime: cancelling
 	// it (Close, or the end of Serve's drain) ends them all after a last
@@ -111,6 +141,14 @@ func New(cfg Config) (*Server, error) {
 	if err != nil {
 		return nil, err
 	}
+	certs, err := loadCertFiles(cfg.TLSCertFile, cfg.TLSKeyFile)
+	if err != nil {
+		return nil, err
+	}
+	cors, err := newCORS(cfg.CORSOrigins, auth.singleUser())
+	if err != nil {
+		return nil, err
+	}
 	m := cfg.Metrics
 	if m == nil {
 		if m, err = NewMetrics(cfg.Registry); err != nil {
@@ -134,15 +172,28 @@ func New(cfg Config) (*Server, error) {
 	if cfg.ShutdownTimeout <= 0 {
 		cfg.ShutdownTimeout = 5 * time.Second
 	}
+	if cfg.ReadTimeout <= 0 {
+		cfg.ReadTimeout = DefaultReadTimeout
+	}
+	if cfg.IdleTimeout <= 0 {
+		cfg.IdleTimeout = DefaultIdleTimeout
+	}
 	s := &Server{
 		svc:       cfg.Service,
 		auth:      auth,
 		log:       cfg.Logger,
 		metrics:   m,
+		tracing:   newTracing(cfg.TracerProvider),
 		heartbeat: cfg.Heartbeat,
 		drain:     cfg.DrainTimeout,
 		shutdown:  cfg.ShutdownTimeout,
 		mux:       http.NewServeMux(),
+
+		certs:       certs,
+		corsPolicy:  cors,
+		streamLimit: newStreamLimit(cfg.MaxStreamsPerOwner),
+		readTimeout: cfg.ReadTimeout,
+		idleTimeout: cfg.IdleTimeout,
 	}
 	s.streams, s.stopStreams = context.WithCancel(context.Background())
 	metricsHandler := promhttp.HandlerFor(m.reg, promhttp.HandlerOpts{
@@ -155,6 +206,7 @@ func New(cfg Config) (*Server, error) {
 	s.handle("POST", "/api/sessions", false, s.createSession)
 	s.handle("GET", "/api/sessions", false, s.listSessions)
 	s.handle("GET", "/api/sessions/{id}", false, s.getSession)
+	s.handle("DELETE", "/api/sessions/{id}", false, s.deleteSession)
 	s.handle("GET", "/api/sessions/{id}/subagents", false, s.listSubagents)
 	s.handle("GET", "/api/sessions/{id}/runs", false, s.listRuns)
 	s.handle("GET", "/api/sessions/{id}/runs/{run_id}", false, s.getRun)
@@ -285,6 +337,7 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	info := &reqInfo{id: requestID(r)}
 	w.Header().Set("X-Request-Id", info.id)
 	r = r.WithContext(context.WithValue(r.Context(), infoKey{}, info))
+	r, span := s.tracing.start(r)
 	sw := &statusWriter{ResponseWriter: w}
 	route := "unmatched"
 	defer func() {
@@ -303,6 +356,7 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		}
 		d := time.Since(start)
 		s.metrics.observeRequest(r.Method, route, status, d, info.stream)
+		s.tracing.end(span, r.Method, route, status)
 		level := slog.LevelInfo
 		if route == "/healthz" || route == "/readyz" || route == "/metrics" {
 			level = slog.LevelDebug
@@ -311,7 +365,7 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			slog.String("request_id", info.id), slog.String("method", r.Method), slog.String("path", r.URL.Path),
 			slog.Int("status", status), slog.Duration("duration", d),
 		}
-		for _, kv := range [][2]string{{"owner", info.owner}, {"session", info.session}, {"run", info.run}, {"code", string(info.errCode)}} {
+		for _, kv := range [][2]string{{"owner", info.owner}, {"session", info.session}, {"run", info.run}, {"code", string(info.errCode)}, {"trace_id", traceID(span)}} {
 			if kv[1] != "" {
 				attrs = append(attrs, slog.String(kv[0], kv[1]))
 			}
@@ -319,6 +373,10 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		s.log.LogAttrs(context.Background(), level, "http request", attrs...)
 	}()
 
+	if s.cors(sw, r) {
+		route = "(cors preflight)"
+		return
+	}
 	if r.URL.Path == "/api" || strings.HasPrefix(r.URL.Path, "/api/") {
 		owner, ok := s.auth.owner(r.Header.Get("Authorization"))
 		if !ok {
@@ -329,7 +387,7 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		info.owner = owner
 	}
 	if _, pattern := s.mux.Handler(r); pattern == "" {
-		s.noRoute(sw, r)
+		route = s.noRoute(sw, r)
 		return
 	}
 	s.mux.ServeHTTP(sw, r)
@@ -339,19 +397,25 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 }
 
 // noRoute answers a request no pattern matches: 405 with Allow when the
-// path exists under other methods, 404 otherwise, both as JSON errors.
-func (s *Server) noRoute(w http.ResponseWriter, r *http.Request) {
+// path exists under other methods, 404 otherwise, both as JSON errors. It
+// returns the route to count the request under: the path's pattern for a
+// 405 (a wrong method on a known path), "unmatched" for a 404.
+func (s *Server) noRoute(w http.ResponseWriter, r *http.Request) string {
 	var allow []string
+	route := "unmatched"
 	for _, m := range []string{http.MethodGet, http.MethodPost, http.MethodPut, http.MethodPatch, http.MethodDelete} {
 		alt := *r
 		alt.Method = m
 		if _, p := s.mux.Handler(&alt); p != "" {
+			if len(allow) == 0 {
+				route = p[strings.IndexByte(p, ' ')+1:]
+			}
 			allow = append(allow, m)
 		}
 	}
 	if len(allow) == 0 {
 		s.writeError(w, r, rein.Errorf(rein.CodeNotFound, "no route for %s %s", r.Method, r.URL.Path), nil)
-		return
+		return route
 	}
 	if slices.Contains(allow, http.MethodGet) {
 		allow = append(allow, http.MethodHead)
@@ -360,10 +424,12 @@ func (s *Server) noRoute(w http.ResponseWriter, r *http.Request) {
 	status, body := http.StatusMethodNotAllowed, errorBody{
 		// docs/api.md has no code of its own for this; the request is what is
 		// wrong, so it is invalid_argument (decision 0050).
-		Code:    rein.CodeInvalidArgument,
-		Message: "method " + r.Method + " is not allowed on " + r.URL.Path + "; allowed: " + strings.Join(allow, ", "),
-		Param:   "method",
+		Code:      rein.CodeInvalidArgument,
+		Message:   "method " + r.Method + " is not allowed on " + r.URL.Path + "; allowed: " + strings.Join(allow, ", "),
+		Param:     "method",
+		RequestID: infoOf(r.Context()).id,
 	}
 	infoOf(r.Context()).errCode = body.Code
 	writeJSON(w, status, map[string]any{"error": body})
+	return route
 }

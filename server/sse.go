@@ -43,11 +43,13 @@ func (s *Server) streamEvents(w http.ResponseWriter, r *http.Request) {
 		s.writeError(w, r, err, nil)
 		return
 	}
-	if !s.joinStreams() {
-		s.writeError(w, r, rein.Errorf(rein.CodeUnavailable, "the server is shutting down"), nil)
+	// After the existence check, so a 429 never tells a missing session
+	// from one that exists.
+	if err := s.admitStream(key.Owner); err != nil {
+		s.writeError(w, r, err, nil)
 		return
 	}
-	defer s.streamWG.Done()
+	defer s.releaseStream(key.Owner)
 	s.metrics.sseSubscribers.Inc()
 	defer s.metrics.sseSubscribers.Dec()
 
