@@ -3,10 +3,9 @@ package main
 import (
 	"context"
 	"errors"
-	"flag"
 	"fmt"
+	"io"
 	"os"
-	"os/signal"
 	"slices"
 	"strings"
 	"time"
@@ -15,11 +14,53 @@ import (
 	"github.com/reinhq/rein/client"
 )
 
-func cmdChat(ctx context.Context, args []string, io stdio) int {
-	sigs := make(chan os.Signal, 1)
-	signal.Notify(sigs, os.Interrupt)
-	defer signal.Stop(sigs)
-	return runChat(ctx, args, io, sigs)
+const chatSynopsis = "rein chat [--server URL] [--token T] [--session ID]"
+
+func cmdChat(ctx context.Context, args []string, std stdio) error {
+	fs := newFlagSet(std, "chat", chatSynopsis, "Chats with a Rein server in the terminal. Without --session a new session is\ncreated and its id is printed to stderr.\n\n"+chatHelp)
+	r := addRemote(fs)
+	session := fs.String("session", "", "the `SESSION` to chat in (default: create one and print its id to stderr)")
+	if err := fs.parse(args, std.lookupEnv); err != nil {
+		return err
+	}
+	if len(fs.args) > 0 {
+		return usagef("unexpected argument %q: rein chat takes no message on the command line; type it once the chat runs (or use rein send TEXT)", fs.args[0])
+	}
+	if err := r.connect(); err != nil {
+		return err
+	}
+	sid, err := r.ensureSession(ctx, *session, std)
+	if err != nil {
+		return err
+	}
+	info, err := r.c.GetSession(ctx, sid)
+	if err != nil {
+		return r.fail(err, sid)
+	}
+	ch := &chat{
+		r: r, c: r.c, sid: sid, io: std,
+		showAfter: info.LastSeq,
+		mine:      map[string]bool{},
+		open:      map[string]bool{},
+		stops:     map[string]int{},
+		reply:     &replyPrinter{w: std.out},
+		text:      eventText{named: true},
+	}
+	fmt.Fprintln(std.err, "chatting in session "+sid+"; /help for commands")
+	if len(info.PendingConfirmations) > 0 {
+		// Asked before this chat began — maybe yesterday, before a restart:
+		// it can be answered now.
+		// One write, so the list is never seen without its calls.
+		var b strings.Builder
+		b.WriteString("[waiting for confirmation since before this chat; /approve or /deny:]\n")
+		for _, p := range info.PendingConfirmations {
+			fmt.Fprintf(&b, "  %s %s %s (asked %s)\n", p.ToolUseID, p.Name, p.Input, p.CreatedAt.Format(time.RFC3339))
+		}
+		io.WriteString(std.err, b.String())
+	}
+	sigs, stop := std.notify(os.Interrupt)
+	defer stop()
+	return ch.loop(ctx, sigs)
 }
 
 const chatHelp = `Type a message and press Enter to send it; replies stream as they arrive.
@@ -40,67 +81,15 @@ Ctrl-C stops the current run (a second Ctrl-C cancels it); with nothing
 running it leaves. At the end of input the chat waits for its runs to end.
 A line starting with // sends the rest, starting with /, as a message.`
 
-// runChat is cmdChat with the interrupts coming from sigs, so that tests
-// can press Ctrl-C.
-func runChat(ctx context.Context, args []string, io stdio, sigs <-chan os.Signal) int {
-	fs := flag.NewFlagSet("rein chat", flag.ContinueOnError)
-	fs.SetOutput(io.err)
-	fs.Usage = func() {
-		fmt.Fprintln(io.err, "Usage: rein chat [--server URL] [--token T] [--session ID]\n\nChats with a Rein server in the terminal. Without --session a new session is\ncreated and its id is printed to stderr.\n\n"+chatHelp+"\n\nFlags:")
-		fs.PrintDefaults()
-	}
-	rf := addRemoteFlags(fs, "the session to chat in (default: create one and print its id to stderr)")
-	if err := parseFlags(fs, args, io.lookupEnv); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			return 0
-		}
-		fmt.Fprintln(io.err, "rein chat:", err)
-		return exitUsage
-	}
-	if fs.NArg() > 0 {
-		fmt.Fprintln(io.err, "rein chat: unexpected arguments:", fs.Args())
-		return exitUsage
-	}
-	c := rf.client()
-	sid, err := ensureSession(ctx, c, rf, io)
-	if err != nil {
-		fmt.Fprintln(io.err, "rein chat:", describeError(err, *rf.server, *rf.session))
-		return exitFailed
-	}
-	info, err := c.GetSession(ctx, sid)
-	if err != nil {
-		fmt.Fprintln(io.err, "rein chat:", describeError(err, *rf.server, sid))
-		return exitFailed
-	}
-	ch := &chat{
-		c: c, sid: sid, server: *rf.server, io: io,
-		showAfter: info.LastSeq,
-		mine:      map[string]bool{},
-		open:      map[string]bool{},
-		stops:     map[string]int{},
-		reply:     &replyPrinter{w: io.out},
-	}
-	fmt.Fprintln(io.err, "chatting in session "+sid+"; /help for commands")
-	if len(info.PendingConfirmations) > 0 {
-		// Asked before this chat began — maybe yesterday, before a restart:
-		// it can be answered now.
-		fmt.Fprintln(io.err, "[waiting for confirmation since before this chat; /approve or /deny:]")
-		for _, p := range info.PendingConfirmations {
-			fmt.Fprintf(io.err, "  %s %s %s (asked %s)\n", p.ToolUseID, p.Name, p.Input, p.CreatedAt.Format(time.RFC3339))
-		}
-	}
-	return ch.loop(ctx, sigs)
-}
-
 // chat is the state of one terminal chat. Everything it shows comes from
 // the session's event stream; only the main loop touches it, so it needs
 // no locks.
 type chat struct {
-	c      *client.Client
-	sid    string
-	server string
-	io     stdio
-	ctx    context.Context
+	r   *remote
+	c   *client.Client
+	sid string
+	io  stdio
+	ctx context.Context
 
 	// showAfter: events up to this seq happened before the chat began.
 	// They are replayed silently so that the state below (current run,
@@ -119,11 +108,12 @@ type chat struct {
 	// the second cancels.
 	stops map[string]int
 	reply *replyPrinter
+	text  eventText
 }
 
 // loop runs the chat until /quit, Ctrl-C with nothing running, or the
 // end of input once its runs have ended.
-func (ch *chat) loop(ctx context.Context, sigs <-chan os.Signal) int {
+func (ch *chat) loop(ctx context.Context, sigs <-chan os.Signal) error {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	ch.ctx = ctx
@@ -143,7 +133,7 @@ func (ch *chat) loop(ctx context.Context, sigs <-chan os.Signal) int {
 	inputEnded := false
 	for {
 		if inputEnded && len(ch.open) == 0 {
-			return 0
+			return nil
 		}
 		select {
 		case line, ok := <-lines:
@@ -155,15 +145,15 @@ func (ch *chat) loop(ctx context.Context, sigs <-chan os.Signal) int {
 				continue
 			}
 			if ch.command(line) {
-				return 0
+				return nil
 			}
 		case it := <-events:
 			if it.err != nil {
 				if ctx.Err() != nil {
-					return exitCancelled
+					return &exitError{code: exitCancelled}
 				}
-				ch.status("rein chat: " + describeError(it.err, ch.server, ch.sid))
-				return exitFailed
+				ch.reply.endLine()
+				return ch.r.fail(it.err, ch.sid)
 			}
 			ch.event(it.ev)
 			if lines == nil && !inputEnded && it.ev.Seq >= ch.showAfter {
@@ -172,11 +162,11 @@ func (ch *chat) loop(ctx context.Context, sigs <-chan os.Signal) int {
 		case <-sigs:
 			if ch.running == "" {
 				ch.reply.endLine()
-				return 0
+				return nil
 			}
 			ch.stop(ch.running)
 		case <-ctx.Done():
-			return exitCancelled
+			return &exitError{code: exitCancelled}
 		}
 	}
 }
@@ -188,7 +178,7 @@ func (ch *chat) status(s string) {
 }
 
 func (ch *chat) fail(err error) {
-	ch.status("[error: " + describeError(err, ch.server, ch.sid) + "]")
+	ch.status("[error: " + message(ch.r.fail(err, ch.sid)) + "]")
 }
 
 // command handles one line of input and reports whether to quit.
@@ -396,142 +386,99 @@ func (ch *chat) queueNote() string {
 // the chat.
 func (ch *chat) event(e rein.Event) {
 	show := e.Seq > ch.showAfter
-	switch e.Type {
-	case rein.EventUserMessage:
-		var p rein.UserMessagePayload
-		if show && !ch.mine[e.RunID] && e.DecodePayload(&p) == nil {
-			ch.status("> " + p.Text)
+	if h, ok := chatHandlers[e.Type]; ok {
+		h(ch, e, show)
+		return
+	}
+	if show && ch.reply.event(e) {
+		return
+	}
+	if s := ch.text.status(e); show && s != "" {
+		ch.status("[" + s + "]")
+	}
+}
+
+// chatHandlers are the events that change the chat's state, or that it
+// shows its own way; every other event shows as its status line.
+var chatHandlers = map[rein.EventType]func(ch *chat, e rein.Event, show bool){
+	rein.EventUserMessage:               (*chat).onUserMessage,
+	rein.EventRunQueued:                 (*chat).onQueued,
+	rein.EventRunStarted:                (*chat).onStarted,
+	rein.EventToolConfirmationRequested: (*chat).onConfirmationRequested,
+	rein.EventUserToolConfirmation:      (*chat).onConfirmation,
+	rein.EventUserInterrupt:             (*chat).onInterrupt,
+	rein.EventRunCompleted:              (*chat).onCompleted,
+}
+
+// onUserMessage shows other clients' messages; this chat's own were typed.
+func (ch *chat) onUserMessage(e rein.Event, show bool) {
+	if p, ok := decode[rein.UserMessagePayload](e); ok && show && !ch.mine[e.RunID] {
+		ch.status("> " + p.Text)
+	}
+}
+
+func (ch *chat) onQueued(e rein.Event, show bool) {
+	p, ok := decode[rein.RunQueuedPayload](e)
+	if !ok {
+		return
+	}
+	// position 1 = next: a when_busy=interrupt message jumps the queue.
+	i := min(max(p.Position-1, 0), len(ch.queued))
+	ch.queued = slices.Insert(slices.DeleteFunc(ch.queued, func(id string) bool { return id == e.RunID }), i, e.RunID)
+	if show {
+		ch.status("[" + ch.text.status(e) + "]")
+	}
+}
+
+func (ch *chat) onStarted(e rein.Event, show bool) {
+	ch.running = e.RunID
+	ch.queued = slices.DeleteFunc(ch.queued, func(id string) bool { return id == e.RunID })
+	if show {
+		ch.status("[" + ch.text.status(e) + ch.queueNote() + "]")
+	}
+}
+
+func (ch *chat) onConfirmationRequested(e rein.Event, show bool) {
+	p, ok := decode[rein.ToolConfirmationRequestedPayload](e)
+	if !ok {
+		return
+	}
+	ch.pending = append(ch.pending, p)
+	if show {
+		hint := "/approve or /deny [MESSAGE]"
+		if len(ch.pending) > 1 {
+			hint = "/approve " + p.ToolUseID + " or /deny " + p.ToolUseID + " [MESSAGE]"
 		}
-	case rein.EventRunQueued:
-		var p rein.RunQueuedPayload
-		if e.DecodePayload(&p) != nil {
-			return
-		}
-		// position 1 = next: a when_busy=interrupt message jumps the queue.
-		i := min(max(p.Position-1, 0), len(ch.queued))
-		ch.queued = slices.Insert(slices.DeleteFunc(ch.queued, func(id string) bool { return id == e.RunID }), i, e.RunID)
-		if show {
-			ch.status(fmt.Sprintf("[run %s queued (position %d)]", e.RunID, p.Position))
-		}
-	case rein.EventRunStarted:
-		ch.running = e.RunID
-		ch.queued = slices.DeleteFunc(ch.queued, func(id string) bool { return id == e.RunID })
-		if show {
-			ch.status("[run " + e.RunID + " running" + ch.queueNote() + "]")
-		}
-	case rein.EventMessageDelta:
-		var p rein.MessageDeltaPayload
-		if show && e.DecodePayload(&p) == nil {
-			ch.reply.delta(p.Step, p.Text)
-		}
-	case rein.EventMessage:
-		var p rein.MessagePayload
-		if show && e.DecodePayload(&p) == nil {
-			ch.reply.final(p.Text)
-		}
-	case rein.EventToolUse:
-		var p rein.ToolUsePayload
-		if show && e.DecodePayload(&p) == nil {
-			ch.status("[tool " + p.Name + " " + oneLine(compact(p.Input), 200) + "]")
-		}
-	case rein.EventToolResult:
-		var p rein.ToolResultPayload
-		if show && e.DecodePayload(&p) == nil {
-			kind := "result"
-			switch {
-			case p.InDoubt:
-				kind = "error, in doubt (not run again)"
-			case p.IsError:
-				kind = "error"
-			}
-			ch.status("[tool " + kind + ": " + oneLine(p.Output, 200) + "]")
-		}
-	case rein.EventStepRestarted:
-		var p rein.StepRestartedPayload
-		if show && e.DecodePayload(&p) == nil {
-			ch.reply.restart(p.Step)
-			ch.status(stepRestartedLine(p))
-		}
-	case rein.EventToolConfirmationRequested:
-		var p rein.ToolConfirmationRequestedPayload
-		if e.DecodePayload(&p) != nil {
-			return
-		}
-		ch.pending = append(ch.pending, p)
-		if show {
-			hint := "/approve or /deny [MESSAGE]"
-			if len(ch.pending) > 1 {
-				hint = "/approve " + p.ToolUseID + " or /deny " + p.ToolUseID + " [MESSAGE]"
-			}
-			ch.status(fmt.Sprintf("[confirm tool %s %s (%s): %s]", p.Name, oneLine(compact(p.Input), 200), p.ToolUseID, hint))
-		}
-	case rein.EventUserToolConfirmation:
-		var p rein.UserToolConfirmationPayload
-		if e.DecodePayload(&p) != nil {
-			return
-		}
+		ch.status("[" + ch.text.status(e) + ": " + hint + "]")
+	}
+}
+
+func (ch *chat) onConfirmation(e rein.Event, show bool) {
+	if p, ok := decode[rein.UserToolConfirmationPayload](e); ok {
 		ch.dropPending(p.ToolUseID)
 		if show {
-			if p.Allow {
-				ch.status("[" + p.ToolUseID + " approved]")
-			} else {
-				msg := ""
-				if p.DenyMessage != nil && *p.DenyMessage != "" {
-					msg = ": " + *p.DenyMessage
-				}
-				ch.status("[" + p.ToolUseID + " denied" + msg + "]")
-			}
+			ch.status("[" + ch.text.status(e) + "]")
 		}
-	case rein.EventUserSupplement:
-		var p rein.SupplementPayload
-		if show && e.DecodePayload(&p) == nil {
-			ch.status("[note " + p.SupplementID + " queued: " + oneLine(p.Text, 200) + "]")
-		}
-	case rein.EventSupplementConsumed:
-		var p rein.SupplementConsumedPayload
-		if show && e.DecodePayload(&p) == nil {
-			ch.status(fmt.Sprintf("[note %s read by run %s at step %d]", p.SupplementID, p.RunID, p.Step))
-		}
-	case rein.EventUserInterrupt:
-		var p rein.UserInterruptPayload
-		// This chat's own stops are reported when they are answered.
-		if show && e.DecodePayload(&p) == nil && p.RunID != nil && ch.stops[*p.RunID] == 0 && p.Accepted {
-			ch.status("[run " + *p.RunID + " stopped by another client (" + p.Mode + ")]")
-		}
-	case rein.EventSystemMessage:
-		if show {
-			ch.status("[system prompt set for later runs]")
-		}
-	case rein.EventRunCompleted:
-		var p rein.RunCompletedPayload
-		if e.DecodePayload(&p) != nil {
-			return
-		}
-		if ch.running == e.RunID {
-			ch.running = ""
-		}
-		ch.queued = slices.DeleteFunc(ch.queued, func(id string) bool { return id == e.RunID })
-		ch.pending = slices.DeleteFunc(ch.pending, func(q rein.ToolConfirmationRequestedPayload) bool { return q.RunID == e.RunID })
-		delete(ch.open, e.RunID)
-		if show {
-			line := fmt.Sprintf("[run %s %s: %s", e.RunID, strings.ToLower(string(p.Status)), p.Reason)
-			if p.Error != "" {
-				line += ": " + oneLine(p.Error, 200)
-			}
-			if p.RolledBack {
-				line += ", rolled back"
-			}
-			ch.status(line + ch.queueNote() + "]")
-		}
-	case rein.EventSubagentStarted:
-		var p rein.SubagentStartedPayload
-		if show && e.DecodePayload(&p) == nil {
-			ch.status("[subagent " + p.ChildID + " started task " + p.TaskID + "; open it with: rein chat --session " + p.ChildID + "]")
-		}
-	case rein.EventSubagentCompleted:
-		var p rein.SubagentCompletedPayload
-		if show && e.DecodePayload(&p) == nil {
-			ch.status(fmt.Sprintf("[subagent %s %s: %s]", p.ChildID, strings.ToLower(string(p.Status)), p.Reason))
-		}
+	}
+}
+
+// onInterrupt shows the stops other clients made; this chat's own are
+// reported when the server answers them.
+func (ch *chat) onInterrupt(e rein.Event, show bool) {
+	p, ok := decode[rein.UserInterruptPayload](e)
+	if ok && show && p.RunID != nil && ch.stops[*p.RunID] == 0 && p.Accepted {
+		ch.status("[" + ch.text.status(e) + " by another client]")
+	}
+}
+
+func (ch *chat) onCompleted(e rein.Event, show bool) {
+	if ch.running == e.RunID {
+		ch.running = ""
+	}
+	ch.queued = slices.DeleteFunc(ch.queued, func(id string) bool { return id == e.RunID })
+	ch.pending = slices.DeleteFunc(ch.pending, func(q rein.ToolConfirmationRequestedPayload) bool { return q.RunID == e.RunID })
+	delete(ch.open, e.RunID)
+	if show {
+		ch.status("[" + ch.text.status(e) + ch.queueNote() + "]")
 	}
 }

@@ -11,7 +11,7 @@ import (
 
 func TestChatConversation(t *testing.T) {
 	s := newTestServer(t, nil)
-	cmd := start(t, runChat, nil, "--server", s.url)
+	cmd := start(t, nil, "chat", "--server", s.url)
 	sid := sessionFrom(t, cmd.err.waitFor(t, "/help for commands"))
 
 	cmd.line("hello")
@@ -44,7 +44,7 @@ func TestChatConversation(t *testing.T) {
 // reply before leaving.
 func TestChatEndOfInputWaitsForTheReply(t *testing.T) {
 	s := newTestServer(t, nil)
-	code, out, errs := run(t, runChat, "hello\nchunky\n", nil, "--server", s.url)
+	code, out, errs := run(t, "hello\nchunky\n", nil, "chat", "--server", s.url)
 	if code != 0 {
 		t.Fatalf("exit %d; stderr:\n%s", code, errs)
 	}
@@ -60,7 +60,7 @@ func TestChatEndOfInputWaitsForTheReply(t *testing.T) {
 func TestChatQueueAndCtrlC(t *testing.T) {
 	s := newTestServer(t, nil)
 	c := s.client("")
-	cmd := start(t, runChat, nil, "--server", s.url)
+	cmd := start(t, nil, "chat", "--server", s.url)
 	sid := sessionFrom(t, cmd.err.waitFor(t, "/help for commands"))
 
 	cmd.line("long task")
@@ -94,7 +94,7 @@ func TestChatQueueAndCtrlC(t *testing.T) {
 
 func TestChatSupplementAndConfirmations(t *testing.T) {
 	s := newTestServer(t, nil)
-	cmd := start(t, runChat, nil, "--server", s.url)
+	cmd := start(t, nil, "chat", "--server", s.url)
 	cmd.err.waitFor(t, "/help for commands")
 
 	cmd.line("/supplement mind the step")
@@ -134,7 +134,7 @@ func TestChatSupplementAndConfirmations(t *testing.T) {
 func TestChatShowsOtherClients(t *testing.T) {
 	s := newTestServer(t, nil)
 	c := s.client("")
-	cmd := start(t, runChat, nil, "--server", s.url)
+	cmd := start(t, nil, "chat", "--server", s.url)
 	sid := sessionFrom(t, cmd.err.waitFor(t, "/help for commands"))
 
 	r, err := c.SendMessage(ctxT(t), sid, client.Message{Text: "long from elsewhere"})
@@ -146,7 +146,7 @@ func TestChatShowsOtherClients(t *testing.T) {
 	if _, err := c.StopRun(ctxT(t), sid, r.RunID, rein.StopCancel); err != nil {
 		t.Fatal(err)
 	}
-	cmd.out.waitFor(t, "[run "+r.RunID+" stopped by another client (cancel)]")
+	cmd.out.waitFor(t, "[run "+r.RunID+" stopped (cancel) by another client]")
 	cmd.out.waitFor(t, "[run "+r.RunID+" cancelled: cancelled")
 	// /quit leaves at once; runs belong to the server, not to the chat.
 	cmd.line("long again")
@@ -177,7 +177,7 @@ func TestChatResumesASession(t *testing.T) {
 	}
 	waitEvent(t, c, sess.ID, isEvent(rein.EventToolConfirmationRequested, r.RunID))
 
-	cmd := start(t, runChat, map[string]string{"REIN_SERVER": s.url}, "--session", sess.ID)
+	cmd := start(t, map[string]string{"REIN_SERVER": s.url}, "chat", "--session", sess.ID)
 	cmd.err.waitFor(t, "/help for commands")
 	// Joining shows what waits for an answer, without being asked.
 	joined := cmd.err.waitFor(t, "since before this chat")
@@ -202,7 +202,7 @@ func TestChatResumesASession(t *testing.T) {
 // next; the rolled-back run's end says so.
 func TestChatReplace(t *testing.T) {
 	s := newTestServer(t, nil)
-	cmd := start(t, runChat, nil, "--server", s.url)
+	cmd := start(t, nil, "chat", "--server", s.url)
 	cmd.err.waitFor(t, "/help for commands")
 
 	cmd.line("/replace")
@@ -223,7 +223,7 @@ func TestChatReplace(t *testing.T) {
 // its earlier deltas no longer count; an in-doubt tool result is marked.
 func TestChatShowsResumes(t *testing.T) {
 	out := newSyncBuffer()
-	ch := &chat{io: stdio{out: out}, reply: &replyPrinter{w: out}, mine: map[string]bool{}, open: map[string]bool{}, stops: map[string]int{}}
+	ch := &chat{io: stdio{out: out}, reply: &replyPrinter{w: out}, text: eventText{named: true}, mine: map[string]bool{}, open: map[string]bool{}, stops: map[string]int{}}
 	seq := int64(0)
 	emit := func(typ rein.EventType, p any) {
 		seq++
@@ -267,15 +267,15 @@ func TestChatSeveralPending(t *testing.T) {
 
 func TestChatErrors(t *testing.T) {
 	s := newTestServer(t, map[string]string{"tok": "alice"})
-	code, _, errs := run(t, runChat, "", nil, "--server", s.url)
+	code, _, errs := run(t, "", nil, "chat", "--server", s.url)
 	if code != exitFailed || !strings.Contains(errs, "token") {
 		t.Fatalf("no token: exit %d, stderr %q", code, errs)
 	}
-	code, _, errs = run(t, runChat, "", nil, "--server", s.url, "--token", "tok", "--session", "ses_nope")
+	code, _, errs = run(t, "", nil, "chat", "--server", s.url, "--token", "tok", "--session", "ses_nope")
 	if code != exitFailed || !strings.Contains(errs, "session ses_nope not found") {
 		t.Fatalf("unknown session: exit %d, stderr %q", code, errs)
 	}
-	code, _, errs = run(t, runChat, "", nil, "--server", s.url, "extra")
+	code, _, errs = run(t, "", nil, "chat", "--server", s.url, "extra")
 	if code != exitUsage {
 		t.Fatalf("extra argument: exit %d, stderr %q", code, errs)
 	}
@@ -285,7 +285,7 @@ func TestChatErrors(t *testing.T) {
 // and /subagents lists the session's children.
 func TestChatShowsSubagents(t *testing.T) {
 	s := newTestServer(t, nil)
-	cmd := start(t, runChat, map[string]string{"REIN_SERVER": s.url})
+	cmd := start(t, map[string]string{"REIN_SERVER": s.url}, "chat")
 	cmd.err.waitFor(t, "/help for commands")
 	cmd.line("delegate this")
 	started := cmd.out.waitFor(t, "open it with: rein chat --session ")

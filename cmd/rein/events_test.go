@@ -1,10 +1,8 @@
 package main
 
 import (
-	"context"
 	"encoding/json"
 	"fmt"
-	"os"
 	"strings"
 	"testing"
 
@@ -37,9 +35,7 @@ func finishedSession(t *testing.T, s *testServer) (string, []rein.Event) {
 func TestEventsPrintsTheLog(t *testing.T) {
 	s := newTestServer(t, nil)
 	sid, evs := finishedSession(t, s)
-	events := withoutSignals(runEvents)
-
-	code, out, errs := run(t, events, "", nil, "--server", s.url, "--session", sid)
+	code, out, errs := run(t, "", nil, "events", "--server", s.url, "--session", sid)
 	if code != 0 {
 		t.Fatalf("exit %d: %s", code, errs)
 	}
@@ -48,8 +44,8 @@ func TestEventsPrintsTheLog(t *testing.T) {
 		t.Fatalf("%d lines for %d events:\n%s", len(lines), len(evs), out)
 	}
 	for i, l := range lines {
-		if l != formatEvent(evs[i]) {
-			t.Fatalf("line %d = %q, want %q", i, l, formatEvent(evs[i]))
+		if want := (eventText{}).logLine(evs[i]); l != want {
+			t.Fatalf("line %d = %q, want %q", i, l, want)
 		}
 	}
 	if !strings.Contains(out, `agent.message `+evs[0].RunID+` reason="stop" text="echo: hello"`) {
@@ -57,7 +53,7 @@ func TestEventsPrintsTheLog(t *testing.T) {
 	}
 
 	// --after, --json, and the session as an argument.
-	code, out, errs = run(t, events, "", nil, "--server", s.url, "--after", "2", "--json", sid)
+	code, out, errs = run(t, "", nil, "events", "--server", s.url, "--after", "2", "--json", sid)
 	if code != 0 {
 		t.Fatalf("exit %d: %s", code, errs)
 	}
@@ -91,7 +87,7 @@ func TestEventsPagesThroughLongLogs(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	code, out, errs := run(t, withoutSignals(runEvents), "", nil, "--server", s.url, "--session", sess.ID)
+	code, out, errs := run(t, "", nil, "events", "--server", s.url, "--session", sess.ID)
 	if code != 0 {
 		t.Fatalf("exit %d: %s", code, errs)
 	}
@@ -104,11 +100,8 @@ func TestEventsPagesThroughLongLogs(t *testing.T) {
 func TestEventsFollow(t *testing.T) {
 	s := newTestServer(t, nil)
 	sid, evs := finishedSession(t, s)
-	ctx, cancel := context.WithCancel(ctxT(t))
-	follow := func(_ context.Context, args []string, io stdio, _ <-chan os.Signal) int {
-		return runEvents(ctx, args, io)
-	}
-	cmd := start(t, follow, nil, "--server", s.url, "--session", sid, "--follow", "--after", fmt.Sprint(len(evs)))
+	// Flags may follow the session.
+	cmd := start(t, nil, "events", "--server", s.url, sid, "--follow", "--after", fmt.Sprint(len(evs)))
 
 	r, err := s.client("").SendMessage(ctxT(t), sid, client.Message{Text: "live"})
 	if err != nil {
@@ -121,8 +114,8 @@ func TestEventsFollow(t *testing.T) {
 	if !strings.Contains(out, `text="echo: live"`) {
 		t.Fatalf("output:\n%s", out)
 	}
-	// Ctrl-C (the context, in cmdEvents) ends a follow normally.
-	cancel()
+	// Ctrl-C ends a follow normally.
+	cmd.ctrlC()
 	if code := cmd.exit(); code != 0 {
 		t.Fatalf("exit %d after Ctrl-C; stderr:\n%s", code, cmd.err)
 	}
@@ -136,14 +129,16 @@ func TestEventsErrors(t *testing.T) {
 		want string
 	}{
 		{[]string{"--server", s.url}, exitUsage, "give the session"},
-		{[]string{"--server", s.url, "--session", "a", "b"}, exitUsage, "unexpected arguments"},
-		{[]string{"--server", s.url, "--session", "a", "--after", "-1"}, exitUsage, "--after"},
+		{[]string{"--server", s.url, "--session", "a", "b"}, exitUsage, `unexpected argument "b"`},
+		{[]string{"--server", s.url, "a", "b"}, exitUsage, `unexpected argument "b"`},
+		{[]string{"--server", s.url, "--session", "a", "--after", "-1"}, exitUsage, `--after "-1": must be a seq ≥ 0`},
+		{[]string{"--server", s.url, "--session", "a", "--after", "x"}, exitUsage, `--after "x": not a whole number`},
 		{[]string{"--server", s.url, "--token", "tok", "--session", "ses_nope"}, exitFailed, "session ses_nope not found"},
 		{[]string{"--server", s.url, "--token", "tok", "--session", "ses_nope", "--follow"}, exitFailed, "session ses_nope not found"},
 		{[]string{"--server", s.url, "--session", "ses_nope", "--follow"}, exitFailed, "token"},
 	}
 	for _, tc := range tests {
-		code, _, errs := run(t, withoutSignals(runEvents), "", nil, tc.args...)
+		code, _, errs := run(t, "", nil, append([]string{"events"}, tc.args...)...)
 		if code != tc.code || !strings.Contains(errs, tc.want) {
 			t.Errorf("rein events %q: exit %d, stderr %q; want %d and %q", tc.args, code, errs, tc.code, tc.want)
 		}

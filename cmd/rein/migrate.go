@@ -2,37 +2,30 @@ package main
 
 import (
 	"context"
-	"errors"
-	"flag"
 	"fmt"
 
 	"github.com/reinhq/rein/store/backend"
 )
 
-func cmdMigrate(ctx context.Context, args []string, io stdio) int {
-	fs := flag.NewFlagSet("rein migrate", flag.ContinueOnError)
-	fs.SetOutput(io.err)
-	fs.Usage = func() {
-		fmt.Fprintln(io.err, "Usage: rein migrate [--store sqlite:PATH|postgres://...]\n\nApplies the store's schema migrations and exits. A database newer than this\nbinary is refused and left unchanged.\n\nFlags:")
-		fs.PrintDefaults()
+const migrateSynopsis = "rein migrate [--store sqlite:PATH|postgres://...]"
+
+func cmdMigrate(ctx context.Context, args []string, std stdio) error {
+	fs := newFlagSet(std, "migrate", migrateSynopsis, "Applies the store's schema migrations and exits. A database newer than this\nbinary is refused and left unchanged.")
+	spec := fs.String("store", "sqlite:./rein.db", "the `STORE` to migrate: sqlite:PATH or postgres://...")
+	if err := fs.parse(args, std.lookupEnv); err != nil {
+		return err
 	}
-	spec := fs.String("store", "sqlite:./rein.db", "the store to migrate")
-	if err := parseFlags(fs, args, io.lookupEnv); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			return 0
-		}
-		fmt.Fprintln(io.err, "rein migrate:", err)
-		return exitUsage
+	if err := fs.noArgs(); err != nil {
+		return err
 	}
 	from, to, err := backend.Migrate(ctx, *spec)
 	if err != nil {
-		fmt.Fprintln(io.err, "rein migrate:", err)
-		return exitFailed
+		return storeError(fs.label("store"), *spec, err)
 	}
 	if from == to {
-		fmt.Fprintf(io.out, "schema is up to date (version %d)\n", to)
+		fmt.Fprintf(std.out, "schema is up to date (version %d)\n", to)
 	} else {
-		fmt.Fprintf(io.out, "migrated schema from version %d to %d\n", from, to)
+		fmt.Fprintf(std.out, "migrated schema from version %d to %d\n", from, to)
 	}
-	return 0
+	return nil
 }

@@ -1,21 +1,17 @@
 package main
 
-// What the client-side commands (chat, send, events) share: the flags that
-// name a server and a session, and the one-line rendering of events.
+// What the commands that talk to a server (chat, send, events, sessions,
+// runs, stop, delete) share: --server and --token, and errors a person can
+// act on.
 
 import (
-	"bufio"
-	"bytes"
 	"context"
-	"encoding/json"
 	"errors"
-	"flag"
 	"fmt"
-	"io"
-	"slices"
+	"net"
+	"net/url"
+	"strconv"
 	"strings"
-	"sync"
-	"unicode/utf8"
 
 	"github.com/reinhq/rein"
 	"github.com/reinhq/rein/client"
@@ -24,209 +20,128 @@ import (
 // defaultServer is where the client commands look for `rein serve`.
 const defaultServer = "http://127.0.0.1:8080"
 
-// remoteFlags are the flags of every command that talks to a server.
-type remoteFlags struct {
-	server  *string
-	token   *string
-	session *string
+// remote is a command's connection to a server.
+type remote struct {
+	fs     *flagSet
+	server *string
+	token  *string
+	// base is the server's URL once connect has checked --server.
+	base string
+	c    *client.Client
 }
 
-// addRemoteFlags defines --server, --token and --session on fs.
-// sessionHelp describes --session for this command.
-func addRemoteFlags(fs *flag.FlagSet, sessionHelp string) remoteFlags {
-	return remoteFlags{
-		server:  fs.String("server", defaultServer, "the Rein server's base URL"),
-		token:   fs.String("token", "", "bearer token (none for a single-user server)"),
-		session: fs.String("session", "", sessionHelp),
+// addRemote defines --server and --token on fs.
+func addRemote(fs *flagSet) *remote {
+	return &remote{
+		fs:     fs,
+		server: fs.String("server", defaultServer, "the Rein server: a `URL` such as http://127.0.0.1:8080, or HOST:PORT (http:// is assumed)"),
+		token:  fs.String("token", "", "bearer `TOKEN` (none for a single-user server)"),
 	}
 }
 
-func (f remoteFlags) client() *client.Client {
-	var opts []client.Option
-	if *f.token != "" {
-		opts = append(opts, client.WithToken(*f.token))
-	}
-	return client.New(*f.server, opts...)
-}
-
-// ensureSession returns the --session id, or creates a session and tells
-// the user its id on stderr, so that the next command can continue it.
-func ensureSession(ctx context.Context, c *client.Client, f remoteFlags, io stdio) (string, error) {
-	if *f.session != "" {
-		return *f.session, nil
-	}
-	s, err := c.CreateSession(ctx, client.CreateSessionRequest{})
+// connect checks --server and makes the client.
+func (r *remote) connect() error {
+	base, err := serverURL(*r.server)
 	if err != nil {
-		return "", err
+		return r.fs.invalid("server", "%v; use HOST:PORT or http(s)://HOST[:PORT], e.g. 127.0.0.1:8080 or https://rein.example.com", err)
 	}
-	fmt.Fprintf(io.err, "session %s\n", s.ID)
-	return s.ID, nil
+	r.base = base
+	var opts []client.Option
+	if *r.token != "" {
+		opts = append(opts, client.WithToken(*r.token))
+	}
+	r.c = client.New(base, opts...)
+	return nil
 }
 
-// describeError turns a client error into a line for the terminal, with a
-// hint where the fix is obvious.
-func describeError(err error, server, session string) string {
-	var ce *client.Error
-	if !errors.As(err, &ce) {
-		return err.Error() + " (is `rein serve` running at " + server + "?)"
+// serverURL turns a --server value into the server's base URL: a URL with
+// scheme http or https and a host, or HOST:PORT, taken as http.
+func serverURL(v string) (string, error) {
+	s := strings.TrimSpace(v)
+	if s == "" {
+		return "", errors.New("no server address")
 	}
-	switch ce.Code {
-	case rein.CodeUnauthenticated:
-		return "the server wants a valid token (--token or REIN_TOKEN)"
-	case rein.CodeNotFound:
-		if session != "" {
-			return "session " + session + " not found"
+	if !strings.Contains(s, "://") {
+		s = "http://" + s
+	}
+	u, err := url.Parse(s)
+	switch {
+	case err != nil:
+		var ue *url.Error
+		if errors.As(err, &ue) {
+			err = ue.Err
 		}
-	case rein.CodeSessionBusy:
-		return fmt.Sprintf("the session is busy with run %s (use --when-busy enqueue, interrupt or rollback)", ce.RunID)
+		return "", fmt.Errorf("not a server address (%v)", err)
+	case u.Scheme != "http" && u.Scheme != "https":
+		return "", fmt.Errorf("not a server address (scheme %q; the server speaks http or https)", u.Scheme)
+	case u.Hostname() == "":
+		return "", errors.New("not a server address (no host)")
+	case u.User != nil || u.RawQuery != "" || u.Fragment != "":
+		return "", errors.New("not a server address (a base URL has no user, query or fragment; give a token with --token)")
 	}
-	msg := string(ce.Code)
-	if ce.Message != "" {
-		msg += ": " + ce.Message
-	}
-	if ce.Param != "" {
-		msg += " (" + ce.Param + ")"
-	}
-	return msg
-}
-
-// oneLine shortens s to at most n runes on one line, for status lines.
-func oneLine(s string, n int) string {
-	s = strings.Join(strings.Fields(s), " ")
-	if utf8.RuneCountInString(s) <= n {
-		return s
-	}
-	r := []rune(s)
-	return string(r[:n]) + "…"
-}
-
-// compact renders raw JSON without insignificant spaces.
-func compact(raw json.RawMessage) string {
-	var b bytes.Buffer
-	if err := json.Compact(&b, raw); err != nil {
-		return string(raw)
-	}
-	return b.String()
-}
-
-// formatEvent renders an event as one readable line:
-//
-//	#12 15:04:05.000 agent.tool_use run_01H… step=1 name=sleep input={"seconds":5}
-//
-// Texts are quoted so that a line is always one event.
-func formatEvent(e rein.Event) string {
-	var b strings.Builder
-	fmt.Fprintf(&b, "#%d %s %s", e.Seq, e.CreatedAt.Local().Format("15:04:05.000"), e.Type)
-	if e.RunID != "" {
-		b.WriteString(" " + e.RunID)
-	}
-	var p map[string]json.RawMessage
-	if err := json.Unmarshal(e.Payload, &p); err != nil {
-		return b.String() + " " + string(e.Payload)
-	}
-	// The payload keys worth reading, in a fixed order per type; the run
-	// id is already on the line.
-	var keys []string
-	switch e.Type {
-	case rein.EventUserMessage, rein.EventSystemMessage:
-		keys = []string{"text"}
-	case rein.EventRunQueued:
-		keys = []string{"position"}
-	case rein.EventRunStarted:
-	case rein.EventMessageDelta:
-		keys = []string{"step", "text"}
-	case rein.EventToolUse:
-		keys = []string{"step", "tool_use_id", "name", "input"}
-	case rein.EventToolConfirmationRequested:
-		keys = []string{"tool_use_id", "name", "input"}
-	case rein.EventUserToolConfirmation:
-		keys = []string{"tool_use_id", "allow", "deny_message"}
-	case rein.EventToolResult:
-		keys = []string{"tool_use_id", "is_error", "in_doubt", "output"}
-	case rein.EventUserSupplement:
-		keys = []string{"supplement_id", "source", "text"}
-	case rein.EventSupplementConsumed:
-		keys = []string{"supplement_id", "step"}
-	case rein.EventMessage:
-		keys = []string{"reason", "text"}
-	case rein.EventUserInterrupt:
-		keys = []string{"mode", "accepted", "message"}
-		if e.RunID == "" {
-			keys = append([]string{"run_id"}, keys...)
+	if p := u.Port(); p != "" {
+		if n, err := strconv.Atoi(p); err != nil || n < 1 || n > 65535 {
+			return "", fmt.Errorf("not a server address (port %q)", p)
 		}
-	case rein.EventRunCompleted:
-		keys = []string{"status", "reason", "error", "rolled_back"}
-	case rein.EventStepRestarted:
-		keys = []string{"step", "attempt"}
-	case rein.EventSubagentStarted:
-		keys = []string{"child_id", "task_id"}
-	case rein.EventSubagentCompleted:
-		keys = []string{"child_id", "task_id", "status", "reason", "output"}
-	default:
-		for k := range p {
-			if k != "run_id" {
-				keys = append(keys, k)
-			}
-		}
-		slices.Sort(keys)
 	}
-	for _, k := range keys {
-		v, ok := p[k]
-		if !ok {
-			continue
-		}
-		b.WriteString(" " + k + "=" + compact(v))
+	if host := u.Hostname(); strings.ContainsAny(host, " \t") || (strings.Contains(host, ":") && net.ParseIP(host) == nil) {
+		return "", fmt.Errorf("not a server address (host %q)", host)
 	}
-	return b.String()
+	return strings.TrimRight(u.String(), "/"), nil
 }
 
-// readLines reads lines from r into the returned channel, which is closed
-// at the end of input. It stops early when ctx is done, but a read already
-// blocked on a terminal cannot be cancelled: the goroutine then ends with
-// the process (or, in tests, when the input is closed), which is why no
-// one waits for it.
-func readLines(ctx context.Context, r io.Reader) <-chan string {
-	ch := make(chan string)
-	go func() {
-		defer close(ch)
-		sc := bufio.NewScanner(r)
-		sc.Buffer(make([]byte, 64<<10), 1<<20)
-		for sc.Scan() {
-			select {
-			case ch <- sc.Text():
-			case <-ctx.Done():
-				return
-			}
-		}
-	}()
-	return ch
-}
-
-// streamItem is one event read from a stream, or the error that ended it.
-type streamItem struct {
-	ev  rein.Event
+// remoteError is a client error rephrased for people; it still matches
+// what it wraps (errors.Is(err, rein.ErrSessionBusy)).
+type remoteError struct {
+	msg string
 	err error
 }
 
-// pump reads stream in a goroutine and delivers what it reads on the
-// returned channel, so a command can select on events, input and signals at
-// once. It stops after the stream's first error or when ctx ends; wait
-// waits for the goroutine (cancel ctx first).
-func pump(ctx context.Context, stream *client.EventStream) (events <-chan streamItem, wait func()) {
-	ch := make(chan streamItem)
-	var wg sync.WaitGroup
-	wg.Go(func() {
-		for {
-			ev, err := stream.Next()
-			select {
-			case ch <- streamItem{ev, err}:
-			case <-ctx.Done():
-				return
+func (e *remoteError) Error() string { return e.msg }
+func (e *remoteError) Unwrap() error { return e.err }
+
+// fail rephrases an error of a request to the server. session names the
+// session the request was about ("": none), for not_found.
+func (r *remote) fail(err error, session string) error {
+	var ce *client.Error
+	if errors.As(err, &ce) {
+		msg := clientMessage(ce)
+		switch ce.Code {
+		case rein.CodeUnauthenticated:
+			if *r.token == "" {
+				msg = "the server at " + r.base + " needs a token: give one with --token or REIN_TOKEN (unauthenticated)"
+			} else {
+				msg = "the server at " + r.base + " refused the token given by --token or REIN_TOKEN (unauthenticated)"
 			}
-			if err != nil {
-				return
+		case rein.CodeNotFound:
+			if session != "" {
+				msg = "session " + session + " not found (not_found)"
 			}
+		case rein.CodeSessionBusy:
+			msg = fmt.Sprintf("session %s is busy with run %s (session_busy)", session, ce.RunID)
 		}
-	})
-	return ch, wg.Wait
+		return &remoteError{msg: msg, err: err}
+	}
+	if errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
+		return err
+	}
+	var ue *url.Error
+	if errors.As(err, &ue) {
+		return &remoteError{msg: fmt.Sprintf("cannot reach the server at %s: %v (is `rein serve` running there?)", r.base, ue.Err), err: err}
+	}
+	return &remoteError{msg: fmt.Sprintf("%v (server %s)", err, r.base), err: err}
+}
+
+// ensureSession returns session, or creates a session and tells the user
+// its id on stderr, so that the next command can continue it.
+func (r *remote) ensureSession(ctx context.Context, session string, std stdio) (string, error) {
+	if session != "" {
+		return session, nil
+	}
+	s, err := r.c.CreateSession(ctx, client.CreateSessionRequest{})
+	if err != nil {
+		return "", r.fail(err, "")
+	}
+	fmt.Fprintf(std.err, "session %s\n", s.ID)
+	return s.ID, nil
 }

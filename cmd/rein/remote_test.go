@@ -117,15 +117,15 @@ func fakeEnv(vars map[string]string) func(string) (string, bool) {
 	}
 }
 
-// start runs fn (runChat, runSend, ...) in a goroutine with a faked
-// terminal. env may be nil.
-func start(t *testing.T, fn func(ctx context.Context, args []string, io stdio, sigs <-chan os.Signal) int, env map[string]string, args ...string) *cli {
+// start runs a command (args[0]: "chat", "send", ...) in a goroutine, the
+// way main does, with a faked terminal. env may be nil.
+func start(t *testing.T, env map[string]string, args ...string) *cli {
 	t.Helper()
 	pr, pw := io.Pipe()
 	c := &cli{t: t, in: pw, out: newSyncBuffer(), err: newSyncBuffer(), sigs: make(chan os.Signal, 3), done: make(chan int, 1)}
-	std := stdio{in: pr, out: c.out, err: c.err, lookupEnv: fakeEnv(env)}
+	std := stdio{in: pr, out: c.out, err: c.err, lookupEnv: fakeEnv(env), signals: c.signals}
 	ctx := ctxT(t)
-	go func() { c.done <- fn(ctx, args, std, c.sigs) }()
+	go func() { c.done <- mainWith(ctx, args, std) }()
 	t.Cleanup(func() {
 		// Ending the input ends the command's stdin reader; a command
 		// still running when its test failed is then told to stop.
@@ -134,6 +134,9 @@ func start(t *testing.T, fn func(ctx context.Context, args []string, io stdio, s
 	})
 	return c
 }
+
+// signals is stdio.signals: Ctrl-C comes from ctrlC.
+func (c *cli) signals(...os.Signal) (<-chan os.Signal, func()) { return c.sigs, func() {} }
 
 // line types a line on the command's stdin.
 func (c *cli) line(s string) {
@@ -158,18 +161,13 @@ func (c *cli) exit() int {
 	}
 }
 
-// run runs a command to completion with stdin given and returns its exit
-// status, stdout and stderr.
-func run(t *testing.T, fn func(ctx context.Context, args []string, io stdio, sigs <-chan os.Signal) int, stdin string, env map[string]string, args ...string) (int, string, string) {
+// run runs a command (args[0]) to completion, the way main does, with
+// stdin given, and returns its exit status, stdout and stderr.
+func run(t *testing.T, stdin string, env map[string]string, args ...string) (int, string, string) {
 	t.Helper()
 	out, errb := newSyncBuffer(), newSyncBuffer()
-	code := fn(ctxT(t), args, stdio{in: strings.NewReader(stdin), out: out, err: errb, lookupEnv: fakeEnv(env)}, make(chan os.Signal))
+	code := mainWith(ctxT(t), args, stdio{in: strings.NewReader(stdin), out: out, err: errb, lookupEnv: fakeEnv(env)})
 	return code, out.String(), errb.String()
-}
-
-// withoutSignals adapts a command without a signal channel to start/run.
-func withoutSignals(fn func(ctx context.Context, args []string, io stdio) int) func(context.Context, []string, stdio, <-chan os.Signal) int {
-	return func(ctx context.Context, args []string, io stdio, _ <-chan os.Signal) int { return fn(ctx, args, io) }
 }
 
 // sessionFrom finds the "session ID" line a command prints on stderr.
@@ -232,8 +230,8 @@ func TestFormatEvent(t *testing.T) {
 		{mk("future.event", "", map[string]any{"b": 1, "a": "x"}), `#7 03:04:05.006 future.event a="x" b=1`},
 	}
 	for _, tc := range tests {
-		if got := formatEvent(tc.e); got != tc.want {
-			t.Errorf("formatEvent(%s)\n got %s\nwant %s", tc.e.Type, got, tc.want)
+		if got := (eventText{}).logLine(tc.e); got != tc.want {
+			t.Errorf("logLine(%s)\n got %s\nwant %s", tc.e.Type, got, tc.want)
 		}
 	}
 }

@@ -1,15 +1,9 @@
 package main
 
 import (
-	"bufio"
 	"context"
-	"encoding/json"
-	"errors"
-	"flag"
-	"fmt"
 	"log/slog"
 	"os"
-	"os/signal"
 	"strings"
 	"syscall"
 	"time"
@@ -18,221 +12,116 @@ import (
 	"github.com/reinhq/rein/sessions"
 )
 
-// Exit statuses of `rein run` (and `rein send`): how the run ended.
-const (
-	exitStop        = 0
-	exitFailed      = 1
-	exitUsage       = 2
-	exitInterrupted = 3
-	exitTimeout     = 4
-	exitCancelled   = 130
-)
+const runSynopsis = "rein run [--model M] [--timeout D] [--json] [--store S] [--confirm TOOLS] [--workspace DIR] [-v] TEXT"
 
-// exitCode maps a run's end to the process exit status.
-func exitCode(status rein.RunStatus, reason rein.Reason) int {
-	switch reason {
-	case rein.ReasonStop, rein.ReasonMaxSteps:
-		return exitStop
-	case rein.ReasonInterrupted:
-		return exitInterrupted
-	case rein.ReasonTimeout:
-		return exitTimeout
-	case rein.ReasonCancelled:
-		return exitCancelled
-	}
-	if status == rein.StatusCancelled {
-		return exitCancelled
-	}
-	return exitFailed
-}
+const runAbout = `Runs the agent once on TEXT in a fresh session, in this process (no server),
+and streams the reply to stdout; status lines go to stderr. A tool that needs
+confirmation is asked on stderr and answered from stdin (the end of input
+denies). First Ctrl-C interrupts the run (it answers with what it has); a
+second one cancels it; a third stops waiting.
+Exit status: 0 stop, 3 interrupted, 4 timeout, 130 cancelled, 1 failed or any
+error, 2 bad usage.`
 
-func cmdRun(ctx context.Context, args []string, io stdio) int {
-	fs := flag.NewFlagSet("rein run", flag.ContinueOnError)
-	fs.SetOutput(io.err)
-	fs.Usage = func() {
-		fmt.Fprintln(io.err, "Usage: rein run [--model M] [--timeout D] [--json] TEXT\n\nRuns the agent once on TEXT in a fresh session and streams the reply to stdout.\nFirst Ctrl-C interrupts the run (it answers with what it has); a second one cancels it.\nExit status: 0 stop, 3 interrupted, 4 timeout, 1 failed, 130 cancelled.\n\nFlags:")
-		fs.PrintDefaults()
-	}
-	modelName := fs.String("model", "demo", "model: demo, scripted:PATH, openai:NAME, ollama:NAME, anthropic:NAME")
-	timeout := fs.Duration("timeout", 0, "deadline for the run (0: none)")
+func cmdRun(ctx context.Context, args []string, std stdio) error {
+	fs := newFlagSet(std, "run", runSynopsis, runAbout)
+	modelName := fs.String("model", "demo", "the `MODEL`: demo, scripted:PATH, openai:NAME, ollama:NAME, anthropic:NAME")
+	timeout := fs.Duration("timeout", 0, "deadline for the run, such as 30s or 2m (0: none)")
 	jsonOut := fs.Bool("json", false, "print one event JSON per line on stdout instead of the reply text")
-	storeSpec := fs.String("store", "memory:", "where to keep the session: memory:, sqlite:PATH or postgres://...")
+	storeSpec := fs.String("store", "memory:", "where to keep the session (`STORE`): memory:, sqlite:PATH or postgres://...")
 	var confirm optionalString
-	fs.Var(&confirm, "confirm", "comma-separated tools that need confirmation (replaces the default set; \"\" for none)")
-	workspace := fs.String("workspace", "./rein-workspace", "directory for files tools write")
+	fs.Var(&confirm, "confirm", "comma-separated `TOOLS` that need confirmation (replaces the default set; \"\" for none)")
+	workspace := fs.String("workspace", "./rein-workspace", "`DIR` for files tools write")
 	verbose := fs.Bool("v", false, "log to stderr")
-	if err := parseFlags(fs, args, io.lookupEnv); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			return 0
-		}
-		fmt.Fprintln(io.err, "rein run:", err)
-		return exitUsage
+	if err := fs.parse(args, std.lookupEnv); err != nil {
+		return err
 	}
-	text := strings.TrimSpace(strings.Join(fs.Args(), " "))
+	text := strings.TrimSpace(strings.Join(fs.args, " "))
 	if text == "" {
-		fmt.Fprintln(io.err, "rein run: give the input TEXT, e.g. rein run \"hello\"")
-		return exitUsage
+		return usagef(`give the input TEXT, e.g. rein run "hello"`)
 	}
 	if *timeout < 0 {
-		fmt.Fprintln(io.err, "rein run: --timeout must be positive")
-		return exitUsage
+		return fs.invalid("timeout", "must be a positive duration such as 30s (or 0 for none)")
 	}
 	logger := slog.New(slog.DiscardHandler)
 	if *verbose {
-		logger = slog.New(slog.NewTextHandler(io.err, nil))
+		logger = slog.New(slog.NewTextHandler(std.err, nil))
 	}
 	rt, err := buildRuntime(ctx, runtimeOptions{
 		Store: *storeSpec, Model: *modelName, Confirm: confirm.confirm(), Workspace: *workspace,
-		Logger: logger, LookupEnv: io.lookupEnv,
+		Logger: logger, LookupEnv: std.lookupEnv, Flags: fs,
 	})
 	if err != nil {
-		fmt.Fprintln(io.err, "rein run:", err)
-		return exitUsage
+		return err
 	}
 	defer rt.Close()
 	svc := rt.svc
 	if err := rt.Start(ctx); err != nil {
-		fmt.Fprintln(io.err, "rein run:", err)
-		return exitFailed
+		return err
 	}
 	defer svc.Close()
 
-	sigs := make(chan os.Signal, 2)
-	signal.Notify(sigs, os.Interrupt, syscall.SIGTERM)
-	defer signal.Stop(sigs)
+	sigs, stop := std.notify(os.Interrupt, syscall.SIGTERM)
+	defer stop()
 	sess, err := svc.CreateSession(ctx, "local", sessions.CreateSessionRequest{})
 	if err != nil {
-		fmt.Fprintln(io.err, "rein run:", err)
-		return exitFailed
+		return err
 	}
-	return runOnce(ctx, svc, sess.Key(), text, *timeout, *jsonOut, sigs, io)
+	return runOnce(ctx, svc, sess.Key(), text, *timeout, *jsonOut, sigs, std)
 }
 
-// runOnce runs text in the session key, printing as it goes, and returns
-// the exit status. Each value on sigs stops the run: the first
-// cooperatively, the next ones at once.
-func runOnce(ctx context.Context, svc *sessions.Service, key rein.SessionKey, text string, timeout time.Duration, jsonOut bool, sigs <-chan os.Signal, io stdio) int {
+// runOnce runs text in the session key and follows the run to its end,
+// like rein send does over HTTP.
+func runOnce(ctx context.Context, svc *sessions.Service, key rein.SessionKey, text string, timeout time.Duration, jsonOut bool, sigs <-chan os.Signal, std stdio) error {
 	res, err := svc.SendMessage(ctx, key, sessions.MessageRequest{Text: text, Timeout: timeout})
 	if err != nil {
-		fmt.Fprintln(io.err, "rein run:", err)
-		return exitFailed
+		return err
 	}
 	runID := res.RunID
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	events, wait := pumpFrom(ctx, serviceEvents(ctx, svc, key))
+	defer wait()
+	defer cancel()
 
-	watch, stopWatching := context.WithCancel(ctx)
-	defer stopWatching()
-	go func() {
-		for mode := range stopModes(watch, sigs) {
-			_, _ = svc.Interrupt(context.Background(), key, sessions.InterruptRequest{RunID: &runID, Mode: mode})
-		}
-	}()
-
-	answers := bufio.NewReader(io.in)
-	enc := json.NewEncoder(io.out)
-	after := int64(0)
-	wroteText := false
-	for {
-		evs, _, err := svc.ReadEvents(ctx, key, after, 1000)
-		if err != nil {
-			fmt.Fprintln(io.err, "rein run:", err)
-			return exitFailed
-		}
-		for _, e := range evs {
-			after = e.Seq
-			if jsonOut {
-				if err := enc.Encode(e); err != nil {
-					return exitFailed
-				}
-			}
-			switch e.Type {
-			case rein.EventMessageDelta:
-				if !jsonOut {
-					var p rein.MessageDeltaPayload
-					if e.DecodePayload(&p) == nil {
-						fmt.Fprint(io.out, p.Text)
-						wroteText = true
-					}
-				}
-			case rein.EventToolUse:
-				var p rein.ToolUsePayload
-				if e.DecodePayload(&p) == nil {
-					if !jsonOut && wroteText {
-						fmt.Fprintln(io.out)
-						wroteText = false
-					}
-					fmt.Fprintf(io.err, "[tool %s %s]\n", p.Name, p.Input)
-				}
-			case rein.EventToolConfirmationRequested:
-				var p rein.ToolConfirmationRequestedPayload
-				if e.DecodePayload(&p) == nil {
-					go askConfirmation(svc, key, p, answers, io)
-				}
-			case rein.EventRunCompleted:
-				if e.RunID != runID {
-					continue
-				}
-				var p rein.RunCompletedPayload
-				_ = e.DecodePayload(&p)
-				if !jsonOut && wroteText {
-					fmt.Fprintln(io.out)
-				}
-				if p.Reason != rein.ReasonStop {
-					msg := fmt.Sprintf("[run %s: %s", strings.ToLower(string(p.Status)), p.Reason)
-					if p.Error != "" {
-						msg += ": " + p.Error
-					}
-					fmt.Fprintln(io.err, msg+"]")
-				}
-				return exitCode(p.Status, p.Reason)
-			}
-		}
-		if err := svc.WaitEvents(ctx, key, after); err != nil {
-			fmt.Fprintln(io.err, "rein run:", err)
-			return exitFailed
-		}
+	f := newFollower(runID, std, jsonOut)
+	f.stop = func(ctx context.Context, mode rein.StopMode) (bool, error) {
+		r, err := svc.Interrupt(ctx, key, sessions.InterruptRequest{RunID: &runID, Mode: mode})
+		return r.Accepted, err
 	}
+	f.confirm = func(ctx context.Context, toolUseID string, allow bool, deny string) error {
+		req := sessions.ConfirmRequest{ToolUseID: toolUseID, Allow: allow}
+		if !allow {
+			req.DenyMessage = &deny
+		}
+		_, err := svc.ConfirmTool(ctx, key, req)
+		return err
+	}
+	return f.follow(ctx, events, sigs)
 }
 
-// stopModes turns signals into stop modes: the first interrupts, every
-// later one cancels. The channel closes when sigs closes or ctx ends.
-func stopModes(ctx context.Context, sigs <-chan os.Signal) <-chan rein.StopMode {
-	out := make(chan rein.StopMode)
-	go func() {
-		defer close(out)
-		for n := 1; ; n++ {
-			select {
-			case _, ok := <-sigs:
-				if !ok {
-					return
+// serviceEvents reads a session's log in-process, event by event, waiting
+// for more at its end.
+func serviceEvents(ctx context.Context, svc *sessions.Service, key rein.SessionKey) func() (rein.Event, error) {
+	var (
+		after int64
+		page  []rein.Event
+	)
+	return func() (rein.Event, error) {
+		for len(page) == 0 {
+			evs, _, err := svc.ReadEvents(ctx, key, after, 1000)
+			if err != nil {
+				return rein.Event{}, err
+			}
+			if len(evs) == 0 {
+				if err := svc.WaitEvents(ctx, key, after); err != nil {
+					return rein.Event{}, err
 				}
-			case <-ctx.Done():
-				return
+				continue
 			}
-			mode := rein.StopInterrupt
-			if n > 1 {
-				mode = rein.StopCancel
-			}
-			select {
-			case out <- mode:
-			case <-ctx.Done():
-				return
-			}
+			page = evs
 		}
-	}()
-	return out
-}
-
-// askConfirmation asks on the terminal whether a tool call may run.
-func askConfirmation(svc *sessions.Service, key rein.SessionKey, p rein.ToolConfirmationRequestedPayload, in *bufio.Reader, io stdio) {
-	fmt.Fprintf(io.err, "Allow tool %s with input %s? [y/N] ", p.Name, p.Input)
-	line, _ := in.ReadString('\n')
-	allow := strings.EqualFold(strings.TrimSpace(line), "y") || strings.EqualFold(strings.TrimSpace(line), "yes")
-	req := sessions.ConfirmRequest{ToolUseID: p.ToolUseID, Allow: allow}
-	if !allow {
-		msg := "denied at the terminal"
-		req.DenyMessage = &msg
-	}
-	if _, err := svc.ConfirmTool(context.Background(), key, req); err != nil && !errors.Is(err, rein.ErrConflict) {
-		fmt.Fprintln(io.err, "rein run:", err)
+		e := page[0]
+		page, after = page[1:], e.Seq
+		return e, nil
 	}
 }

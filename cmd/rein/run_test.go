@@ -61,7 +61,7 @@ func TestRunExitCodes(t *testing.T) {
 	if code, _, errs := runCmd(t); code != exitUsage || !strings.Contains(errs, "TEXT") {
 		t.Fatalf("empty input: %d %q", code, errs)
 	}
-	if code, _, errs := runCmd(t, "--model", "nope", "x"); code != exitUsage || !strings.Contains(errs, "unknown model") {
+	if code, _, errs := runCmd(t, "--model", "nope", "x"); code != exitUsage || !strings.Contains(errs, `unknown model "nope"`) {
 		t.Fatalf("unknown model: %d %q", code, errs)
 	}
 	if code, _, errs := runCmd(t, "--model", "scripted:testdata/missing.yaml", "x"); code != exitUsage || !strings.Contains(errs, "missing.yaml") {
@@ -93,7 +93,8 @@ func TestRunFirstSignalInterrupts(t *testing.T) {
 	out := newSyncBuffer()
 	done := make(chan int)
 	go func() {
-		done <- runOnce(ctx, svc, key, "long job", 0, false, sigs, stdio{in: strings.NewReader(""), out: out, err: out, lookupEnv: noEnv})
+		err := runOnce(ctx, svc, key, "long job", 0, false, sigs, stdio{in: strings.NewReader(""), out: out, err: out, lookupEnv: noEnv})
+		done <- exitStatus("run", runSynopsis, err, out)
 	}()
 	// Wait (on the session's log) until the run is inside its hour-long
 	// tool call.
@@ -111,22 +112,6 @@ func TestRunFirstSignalInterrupts(t *testing.T) {
 	var p rein.UserInterruptPayload
 	if err := ev.DecodePayload(&p); err != nil || p.Mode != "interrupt" || !p.Accepted || p.RunID == nil {
 		t.Fatalf("%+v %v", p, err)
-	}
-}
-
-func TestSignalModes(t *testing.T) {
-	sigs := make(chan os.Signal, 3)
-	modes := stopModes(context.Background(), sigs)
-	sigs <- os.Interrupt
-	sigs <- os.Interrupt
-	sigs <- os.Interrupt
-	close(sigs)
-	var got []string
-	for m := range modes {
-		got = append(got, string(m))
-	}
-	if strings.Join(got, ",") != "interrupt,cancel,cancel" {
-		t.Fatalf("%v", got)
 	}
 }
 

@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"os"
@@ -10,6 +11,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/reinhq/rein"
 	"github.com/reinhq/rein/agent"
 	"github.com/reinhq/rein/config"
 	"github.com/reinhq/rein/model"
@@ -22,6 +24,8 @@ import (
 	"github.com/reinhq/rein/tool/builtin"
 	"github.com/reinhq/rein/tool/mcp"
 	"github.com/reinhq/rein/tool/workspace"
+
+	"go.opentelemetry.io/otel/trace"
 )
 
 // runtimeOptions say how to assemble a sessions service from flags.
@@ -61,6 +65,26 @@ type runtimeOptions struct {
 	LookupEnv func(string) (string, bool)
 	// OnRetry observes model request retries (nil → logs only).
 	OnRetry func(model.RetryInfo)
+	// Retention is how long an idle root session is kept (0: for ever),
+	// as sessions.Config.Retention.
+	Retention time.Duration
+	// MaxRunsInFlight and MaxPendingWrites are the admission bounds of
+	// sessions.Config.
+	MaxRunsInFlight, MaxPendingWrites int
+	// TracerProvider makes the runs' spans (nil: no tracing).
+	TracerProvider trace.TracerProvider
+	// Flags names where --model, --store and --confirm came from in
+	// errors (nil: the flags).
+	Flags *flagSet
+}
+
+// flag names a flag in an error: --model, or REIN_MODEL (--model) when
+// its variable set it.
+func (o runtimeOptions) flag(name string) string {
+	if o.Flags == nil {
+		return "--" + name
+	}
+	return o.Flags.label(name)
 }
 
 // runtime is what buildRuntime assembled; Close releases it after the
@@ -126,7 +150,7 @@ func buildRuntime(ctx context.Context, o runtimeOptions) (*runtime, error) {
 		return m, nil
 	}
 	if _, err := openModel(o.Model); err != nil {
-		return nil, fmt.Errorf("--model %s: %w", o.Model, err)
+		return nil, usagef("%s: %s", o.flag("model"), message(err))
 	}
 	sub := subagent.New(subagent.Options{MaxDepth: o.MaxDepth, Logger: o.Logger})
 	builtins := append(builtinTools(), subagent.Tools(sub)...)
@@ -141,7 +165,7 @@ func buildRuntime(ctx context.Context, o runtimeOptions) (*runtime, error) {
 	if o.Confirm != nil {
 		for _, name := range *o.Confirm {
 			if !slices.Contains(known, name) && !strings.Contains(name, "__") {
-				return nil, fmt.Errorf("--confirm: unknown tool %q (tools: %s)", name, strings.Join(known, ", "))
+				return nil, usagef("%s: unknown tool %q: name tools among %s, or SERVER__TOOL for an MCP server's", o.flag("confirm"), name, strings.Join(known, ", "))
 			}
 		}
 		defaultConfirm = *o.Confirm
@@ -154,7 +178,12 @@ func buildRuntime(ctx context.Context, o runtimeOptions) (*runtime, error) {
 	if o.Config != "" {
 		var err error
 		if cfg, err = config.Load(o.Config, copts); err != nil {
-			return nil, err
+			var cerr config.Errors
+			if errors.As(err, &cerr) {
+				// FILE:LINE: reason, one problem a line.
+				return nil, &usageError{msg: err.Error(), located: true}
+			}
+			return nil, usagef("%s: %s", o.flag("config"), message(err))
 		}
 	}
 	rt := &runtime{}
@@ -189,20 +218,24 @@ func buildRuntime(ctx context.Context, o runtimeOptions) (*runtime, error) {
 	st, err := backend.Open(ctx, o.Store, backend.Options{LeaseTTL: o.LeaseTTL})
 	if err != nil {
 		rt.closeMCP()
-		return nil, fmt.Errorf("--store: %w", err)
+		return nil, storeError(o.flag("store"), o.Store, err)
 	}
 	rt.st = st
 	svc, err := sessions.New(sessions.Config{
-		Store:          st,
-		Agents:         agents,
-		Instance:       o.Instance,
-		LeaseTTL:       o.LeaseTTL,
-		ResumeAttempts: o.ResumeAttempts,
-		Workspace:      o.Workspace,
-		Logger:         o.Logger,
-		Observer:       o.Observer,
-		System:         o.System,
-		OnRunEnd:       sub.OnRunEnd,
+		Store:            st,
+		Agents:           agents,
+		Instance:         o.Instance,
+		LeaseTTL:         o.LeaseTTL,
+		ResumeAttempts:   o.ResumeAttempts,
+		Workspace:        o.Workspace,
+		Logger:           o.Logger,
+		Observer:         o.Observer,
+		System:           o.System,
+		OnRunEnd:         sub.OnRunEnd,
+		Retention:        o.Retention,
+		MaxRunsInFlight:  o.MaxRunsInFlight,
+		MaxPendingWrites: o.MaxPendingWrites,
+		TracerProvider:   o.TracerProvider,
 	})
 	if err != nil {
 		rt.Close()
@@ -211,6 +244,19 @@ func buildRuntime(ctx context.Context, o runtimeOptions) (*runtime, error) {
 	sub.Bind(svc)
 	rt.svc, rt.sub = svc, sub
 	return rt, nil
+}
+
+// storeError reports a store that did not open, never with its password:
+// a bad spec is a usage error; a database that is down is not.
+func storeError(flag, spec string, err error) error {
+	msg := message(err)
+	if spec != "" {
+		msg = strings.ReplaceAll(msg, spec, backend.Redact(spec))
+	}
+	if rein.CodeOf(err) == rein.CodeInvalidArgument {
+		return usagef("%s: %s", flag, msg)
+	}
+	return fmt.Errorf("%s %s: %s", flag, backend.Redact(spec), msg)
 }
 
 func (r *runtime) closeMCP() {

@@ -11,7 +11,7 @@ import (
 
 func TestSendStreamsTheReply(t *testing.T) {
 	s := newTestServer(t, nil)
-	code, out, errs := run(t, runSend, "", nil, "--server", s.url, "chunky", "please")
+	code, out, errs := run(t, "", nil, "send", "--server", s.url, "chunky", "please")
 	if code != 0 {
 		t.Fatalf("exit %d; stderr:\n%s", code, errs)
 	}
@@ -25,7 +25,7 @@ func TestSendStreamsTheReply(t *testing.T) {
 		t.Fatalf("session %s: %v %v", sid, evs, err)
 	}
 	// --session continues it; REIN_SERVER names the server.
-	code, out, errs = run(t, runSend, "", map[string]string{"REIN_SERVER": s.url, "REIN_SESSION": sid}, "again")
+	code, out, errs = run(t, "", map[string]string{"REIN_SERVER": s.url, "REIN_SESSION": sid}, "send", "again")
 	if code != 0 || out != "echo: again\n" || strings.Contains(errs, "session ses_") {
 		t.Fatalf("exit %d, stdout %q, stderr %q", code, out, errs)
 	}
@@ -33,7 +33,7 @@ func TestSendStreamsTheReply(t *testing.T) {
 
 func TestSendJSON(t *testing.T) {
 	s := newTestServer(t, nil)
-	code, out, errs := run(t, runSend, "", nil, "--server", s.url, "--json", "hi")
+	code, out, errs := run(t, "", nil, "send", "--server", s.url, "--json", "hi")
 	if code != 0 {
 		t.Fatalf("exit %d: %s", code, errs)
 	}
@@ -60,11 +60,11 @@ func TestSendJSON(t *testing.T) {
 
 func TestSendExitStatus(t *testing.T) {
 	s := newTestServer(t, nil)
-	code, _, errs := run(t, runSend, "", nil, "--server", s.url, "fail now")
+	code, _, errs := run(t, "", nil, "send", "--server", s.url, "fail now")
 	if code != exitFailed || !strings.Contains(errs, "the model exploded") {
 		t.Fatalf("failed run: exit %d, stderr %q", code, errs)
 	}
-	code, _, errs = run(t, runSend, "", nil, "--server", s.url, "--timeout", "50ms", "long")
+	code, _, errs = run(t, "", nil, "send", "--server", s.url, "--timeout", "50ms", "long")
 	if code != exitTimeout || !strings.Contains(errs, "timeout") {
 		t.Fatalf("timed out run: exit %d, stderr %q", code, errs)
 	}
@@ -76,7 +76,7 @@ func TestSendCtrlC(t *testing.T) {
 	s := newTestServer(t, nil)
 	c := s.client("")
 
-	cmd := start(t, runSend, nil, "--server", s.url, "long")
+	cmd := start(t, nil, "send", "--server", s.url, "long")
 	cmd.err.waitFor(t, "[tool sleep")
 	sid := sessionFrom(t, cmd.err.String())
 	cmd.ctrlC()
@@ -98,8 +98,8 @@ func TestSendCtrlC(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	cmd = start(t, runSend, nil, "--server", s.url, "--session", sid, "--when-busy", "enqueue", "queued")
-	cmd.err.waitFor(t, "[queued, position 1]")
+	cmd = start(t, nil, "send", "--server", s.url, "--session", sid, "--when-busy", "enqueue", "queued")
+	cmd.err.waitFor(t, "[run queued (position 1)]")
 	cmd.ctrlC()
 	if code := cmd.exit(); code != exitCancelled {
 		t.Fatalf("exit %d after Ctrl-C on a queued run; stderr:\n%s", code, cmd.err)
@@ -109,13 +109,13 @@ func TestSendCtrlC(t *testing.T) {
 	}
 }
 
-func TestSendStopEscalates(t *testing.T) {
+func TestStopEscalates(t *testing.T) {
 	for n, want := range map[int]rein.StopMode{1: rein.StopInterrupt, 2: rein.StopCancel} {
-		if mode, giveUp := sendStopMode(n); mode != want || giveUp {
+		if mode, giveUp := stopMode(n); mode != want || giveUp {
 			t.Errorf("Ctrl-C #%d: %q %v, want %q", n, mode, giveUp, want)
 		}
 	}
-	if _, giveUp := sendStopMode(3); !giveUp {
+	if _, giveUp := stopMode(3); !giveUp {
 		t.Error("the third Ctrl-C still waits")
 	}
 }
@@ -125,7 +125,7 @@ func TestSendStopEscalates(t *testing.T) {
 func TestSendReportsAStopFromElsewhere(t *testing.T) {
 	s := newTestServer(t, nil)
 	c := s.client("")
-	cmd := start(t, runSend, nil, "--server", s.url, "long")
+	cmd := start(t, nil, "send", "--server", s.url, "long")
 	cmd.err.waitFor(t, "[tool sleep")
 	sid := sessionFrom(t, cmd.err.String())
 	if r, err := c.Interrupt(ctxT(t), sid, client.Interrupt{}); err != nil || !r.Accepted {
@@ -150,12 +150,12 @@ func TestSendBusySession(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	code, _, errs := run(t, runSend, "", nil, "--server", s.url, "--session", sess.ID, "hello")
+	code, _, errs := run(t, "", nil, "send", "--server", s.url, "--session", sess.ID, "hello")
 	if code != exitFailed || !strings.Contains(errs, "busy with run "+long.RunID) {
 		t.Fatalf("busy: exit %d, stderr %q", code, errs)
 	}
-	cmd := start(t, runSend, nil, "--server", s.url, "--session", sess.ID, "--when-busy", "enqueue", "queued hello")
-	cmd.err.waitFor(t, "[queued, position 1]")
+	cmd := start(t, nil, "send", "--server", s.url, "--session", sess.ID, "--when-busy", "enqueue", "queued hello")
+	cmd.err.waitFor(t, "[run queued (position 1)]")
 	if _, err := c.StopRun(ctx, sess.ID, long.RunID, rein.StopCancel); err != nil {
 		t.Fatal(err)
 	}
@@ -179,7 +179,7 @@ func TestSendRollback(t *testing.T) {
 		t.Fatal(err)
 	}
 	waitEvent(t, c, sess.ID, isEvent(rein.EventToolUse, long.RunID))
-	code, out, errs := run(t, runSend, "", map[string]string{"REIN_WHEN_BUSY": "rollback"}, "--server", s.url, "--session", sess.ID, "instead")
+	code, out, errs := run(t, "", map[string]string{"REIN_WHEN_BUSY": "rollback"}, "send", "--server", s.url, "--session", sess.ID, "instead")
 	if code != 0 || out != "echo: instead\n" {
 		t.Fatalf("exit %d, stdout %q, stderr %q", code, out, errs)
 	}
@@ -193,11 +193,11 @@ func TestSendRollback(t *testing.T) {
 // and answered from stdin; end of input denies.
 func TestSendConfirmations(t *testing.T) {
 	s := newTestServer(t, nil)
-	code, out, errs := run(t, runSend, "y\n", nil, "--server", s.url, "note hello")
+	code, out, errs := run(t, "y\n", nil, "send", "--server", s.url, "note hello")
 	if code != 0 || !strings.Contains(errs, "Allow tool write_note") || !strings.Contains(out, "note result:") || strings.Contains(out, "denied") {
 		t.Fatalf("approved: exit %d, stdout %q, stderr %q", code, out, errs)
 	}
-	code, out, errs = run(t, runSend, "", nil, "--server", s.url, "note hello")
+	code, out, errs = run(t, "", nil, "send", "--server", s.url, "note hello")
 	if code != 0 || !strings.Contains(out, "denied at the terminal") {
 		t.Fatalf("end of input: exit %d, stdout %q, stderr %q", code, out, errs)
 	}
@@ -211,19 +211,19 @@ func TestSendErrors(t *testing.T) {
 		want string
 	}{
 		{[]string{"--server", s.url}, exitUsage, "give the message TEXT"},
-		{[]string{"--server", s.url, "--when-busy", "later", "hi"}, exitUsage, "--when-busy must be reject, enqueue, interrupt or rollback"},
-		{[]string{"--server", s.url, "--when-busy", "", "hi"}, exitUsage, "--when-busy must be"},
+		{[]string{"--server", s.url, "--when-busy", "later", "hi"}, exitUsage, `--when-busy "later": use reject, enqueue, interrupt or rollback`},
+		{[]string{"--server", s.url, "--when-busy", "", "hi"}, exitUsage, `--when-busy "": use reject`},
 		{[]string{"--server", s.url, "hi"}, exitFailed, "token"},
 		{[]string{"--server", s.url, "--token", "tok", "--session", "ses_nope", "hi"}, exitFailed, "session ses_nope not found"},
 		{[]string{"--server", "http://127.0.0.1:1", "hi"}, exitFailed, "is `rein serve` running"},
 	}
 	for _, tc := range tests {
-		code, _, errs := run(t, runSend, "", nil, tc.args...)
+		code, _, errs := run(t, "", nil, append([]string{"send"}, tc.args...)...)
 		if code != tc.code || !strings.Contains(errs, tc.want) {
 			t.Errorf("rein send %q: exit %d, stderr %q; want %d and %q", tc.args, code, errs, tc.code, tc.want)
 		}
 	}
-	code, out, _ := run(t, runSend, "", map[string]string{"REIN_TOKEN": "tok"}, "--server", s.url, "hi")
+	code, out, _ := run(t, "", map[string]string{"REIN_TOKEN": "tok"}, "send", "--server", s.url, "hi")
 	if code != 0 || out != "echo: hi\n" {
 		t.Fatalf("REIN_TOKEN: exit %d, stdout %q", code, out)
 	}

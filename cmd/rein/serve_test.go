@@ -23,15 +23,16 @@ type serving struct {
 	done   chan int
 }
 
-var listenURL = regexp.MustCompile(`url=(http://\S+)`)
+// listenURL finds the address in the start-up line, text or JSON.
+var listenURL = regexp.MustCompile(`"?url"?[=:]"?(https?://[^\s"]+)`)
 
-// startServe runs cmdServe until stop, and waits until it listens.
+// startServe runs rein serve until stop, and waits until it listens.
 func startServe(t *testing.T, env map[string]string, args ...string) *serving {
 	t.Helper()
 	ctx, stop := context.WithCancel(ctxT(t))
 	s := &serving{stderr: newSyncBuffer(), stop: stop, done: make(chan int, 1)}
 	std := stdio{in: strings.NewReader(""), out: io.Discard, err: s.stderr, lookupEnv: fakeEnv(env)}
-	go func() { s.done <- cmdServe(ctx, args, std) }()
+	go func() { s.done <- mainWith(ctx, append([]string{"serve"}, args...), std) }()
 	t.Cleanup(func() {
 		stop()
 		<-s.done
@@ -124,13 +125,13 @@ func TestServeRefusesOpenAddressWithoutTokens(t *testing.T) {
 		{"--addr", ":0"},
 		{"--addr", "[::]:0"},
 	} {
-		code, _, stderr := run(t, withoutSignals(cmdServe), "", nil, append(args, "--store", "memory:")...)
+		code, _, stderr := run(t, "", nil, append([]string{"serve"}, append(args, "--store", "memory:")...)...)
 		if code == 0 || !strings.Contains(stderr, "without --tokens") {
 			t.Fatalf("%v: exit %d, stderr:\n%s", args, code, stderr)
 		}
 	}
 	// The same through the environment.
-	code, _, stderr := run(t, withoutSignals(cmdServe), "", map[string]string{"REIN_ADDR": "0.0.0.0:0", "REIN_STORE": "memory:"})
+	code, _, stderr := run(t, "", map[string]string{"REIN_ADDR": "0.0.0.0:0", "REIN_STORE": "memory:"}, "serve")
 	if code == 0 || !strings.Contains(stderr, "without --tokens") {
 		t.Fatalf("REIN_ADDR: exit %d, stderr:\n%s", code, stderr)
 	}
@@ -160,39 +161,52 @@ func TestServeFlagErrors(t *testing.T) {
 		args []string
 		want string
 	}{
-		{[]string{"--tokens", bad}, "bad-tokens:3"},
-		{[]string{"--tokens", filepath.Join(dir, "missing")}, "--tokens"},
-		{[]string{"--drain-timeout", "0s"}, "must be positive"},
-		{[]string{"--store", "nosuch:x"}, "--store"},
-		{[]string{"--confirm", "no_such_tool"}, "no_such_tool"},
-		{[]string{"extra"}, "unexpected arguments"},
-		{[]string{"--lease-ttl", "0s"}, "--lease-ttl must be positive"},
-		{[]string{"--lease-ttl", "-1s"}, "--lease-ttl must be positive"},
-		{[]string{"--lease-ttl", "soon"}, "lease-ttl"},
-		{[]string{"--resume-attempts", "-1"}, "--resume-attempts must not be negative"},
-		{[]string{"--resume-attempts", "two"}, "resume-attempts"},
-		{[]string{"--resume-attempts", "1.5"}, "resume-attempts"},
+		{[]string{"--tokens", bad}, "rein: --tokens: " + bad + `:3: want "TOKEN OWNER"`},
+		{[]string{"--tokens", filepath.Join(dir, "missing")}, "rein: --tokens: tokens file: open " + filepath.Join(dir, "missing")},
+		{[]string{"--drain-timeout", "0s"}, `--drain-timeout "0s": must be a positive duration such as 10s`},
+		{[]string{"--store", "nosuch:x"}, `--store: unknown store "nosuch:x": use sqlite:PATH, postgres://… or memory:`},
+		{[]string{"--confirm", "no_such_tool"}, `--confirm: unknown tool "no_such_tool": name tools among sleep, `},
+		{[]string{"extra"}, `unexpected argument "extra"`},
+		{[]string{"--lease-ttl", "0s"}, `--lease-ttl "0s": must be a positive duration`},
+		{[]string{"--lease-ttl", "-1s"}, `--lease-ttl "-1s": must be a positive duration`},
+		{[]string{"--lease-ttl", "soon"}, `--lease-ttl "soon": not a duration: use one such as 30s`},
+		{[]string{"--resume-attempts", "-1"}, `--resume-attempts "-1": must be a whole number ≥ 0`},
+		{[]string{"--resume-attempts", "two"}, `--resume-attempts "two": not a whole number`},
+		{[]string{"--resume-attempts", "1.5"}, `--resume-attempts "1.5": not a whole number`},
+		{[]string{"--addr", "bogus"}, `--addr "bogus": not a listen address; use HOST:PORT, e.g. 127.0.0.1:8080`},
+		{[]string{"--addr", "127.0.0.1:http-alt"}, `--addr "127.0.0.1:http-alt": not a listen address`},
+		{[]string{"--log-level", "loud"}, `--log-level "loud": use debug, info, warn or error`},
+		{[]string{"--log-format", "xml"}, `--log-format "xml": use text or json`},
+		{[]string{"--nosuch"}, "unknown flag --nosuch (rein serve has --addr, "},
+		{[]string{"--tokens"}, "--tokens needs a value, e.g. --tokens FILE"},
 	} {
-		code, _, stderr := run(t, withoutSignals(cmdServe), "", nil, append([]string{"--addr", "127.0.0.1:0", "--store", "memory:"}, c.args...)...)
-		if code != exitUsage || !strings.Contains(stderr, c.want) {
+		code, _, stderr := run(t, "", nil, append([]string{"serve", "--addr", "127.0.0.1:0", "--store", "memory:"}, c.args...)...)
+		if code != exitUsage || !strings.HasPrefix(stderr, "rein: ") || !strings.Contains(stderr, c.want) || !strings.Contains(stderr, "usage: rein serve ") {
 			t.Errorf("%v: exit %d, stderr:\n%s", c.args, code, stderr)
 		}
 	}
-	// The same values through the environment name the flag too.
-	for _, env := range []map[string]string{
-		{"REIN_LEASE_TTL": "0s"},
-		{"REIN_LEASE_TTL": "soon"},
-		{"REIN_RESUME_ATTEMPTS": "-3"},
-		{"REIN_RESUME_ATTEMPTS": "many"},
+	// The same values through the environment name the variable and the
+	// flag: a bad REIN_ADDR is an address problem, not a tokens one.
+	for _, c := range []struct {
+		env  map[string]string
+		want string
+	}{
+		{map[string]string{"REIN_LEASE_TTL": "0s"}, `REIN_LEASE_TTL="0s" (--lease-ttl): must be a positive duration`},
+		{map[string]string{"REIN_LEASE_TTL": "soon"}, `REIN_LEASE_TTL="soon" (--lease-ttl): not a duration`},
+		{map[string]string{"REIN_RESUME_ATTEMPTS": "-3"}, `REIN_RESUME_ATTEMPTS="-3" (--resume-attempts): must be a whole number ≥ 0`},
+		{map[string]string{"REIN_RESUME_ATTEMPTS": "many"}, `REIN_RESUME_ATTEMPTS="many" (--resume-attempts): not a whole number`},
+		{map[string]string{"REIN_ADDR": "bogus"}, `REIN_ADDR="bogus" (--addr): not a listen address; use HOST:PORT, e.g. 127.0.0.1:8080`},
+		{map[string]string{"REIN_LOG_LEVEL": "verbose"}, `REIN_LOG_LEVEL="verbose" (--log-level): use debug, info, warn or error`},
+		{map[string]string{"REIN_MODEL": "gpt-4o"}, `REIN_MODEL (--model): unknown model "gpt-4o"`},
 	} {
-		env["REIN_STORE"] = "memory:"
-		want := "--lease-ttl"
-		if _, ok := env["REIN_RESUME_ATTEMPTS"]; ok {
-			want = "--resume-attempts"
+		c.env["REIN_STORE"] = "memory:"
+		args := []string{"serve"}
+		if _, ok := c.env["REIN_ADDR"]; !ok {
+			args = append(args, "--addr", "127.0.0.1:0")
 		}
-		code, _, stderr := run(t, withoutSignals(cmdServe), "", env, "--addr", "127.0.0.1:0")
-		if code != exitUsage || !strings.Contains(stderr, want) {
-			t.Errorf("%v: exit %d, stderr:\n%s", env, code, stderr)
+		code, _, stderr := run(t, "", c.env, args...)
+		if code != exitUsage || !strings.Contains(stderr, "rein: "+c.want) || strings.Contains(stderr, "without --tokens") {
+			t.Errorf("%v: exit %d, stderr:\n%s", c.env, code, stderr)
 		}
 	}
 }
@@ -220,11 +234,11 @@ func TestServeConfig(t *testing.T) {
 	if err := os.WriteFile(bad, []byte("agents:\n  default:\n    model: demo\n    colour: blue\n"), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	code, _, stderr := run(t, withoutSignals(cmdServe), "", nil, "--addr", "127.0.0.1:0", "--store", "memory:", "--config", bad)
+	code, _, stderr := run(t, "", nil, "serve", "--addr", "127.0.0.1:0", "--store", "memory:", "--config", bad)
 	if code != exitUsage || !strings.Contains(stderr, bad+":4: ") || strings.Contains(stderr, "listening") {
 		t.Fatalf("exit %d, stderr:\n%s", code, stderr)
 	}
-	code, _, stderr = run(t, withoutSignals(cmdServe), "", nil, "--addr", "127.0.0.1:0", "--store", "memory:", "--max-steps", "0")
+	code, _, stderr = run(t, "", nil, "serve", "--addr", "127.0.0.1:0", "--store", "memory:", "--max-steps", "0")
 	if code != exitUsage || !strings.Contains(stderr, "--max-steps") {
 		t.Fatalf("exit %d, stderr:\n%s", code, stderr)
 	}

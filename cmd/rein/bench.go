@@ -1,0 +1,72 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+
+	"github.com/reinhq/rein"
+	"github.com/reinhq/rein/bench/load"
+)
+
+const benchSynopsis = "rein bench [--url URL] [--sessions N] [--messages M] [--chunks K] [--chunk-delay D] [--out DIR] [flags]"
+
+const benchAbout = `Loads a server with N sessions × M messages of the scripted model and
+measures admission, message → session.run_started on the event stream, the
+first delta, stop → session.run_completed, events per second, and the
+server's CPU per event and memory (also per idle open stream). Without
+--url it starts a server in this process (SQLite in a temporary directory
+unless --store says otherwise). Afterwards every session's log is checked
+(gap-free, no duplicate, every run ended as asked); the table is printed,
+and with --out a JSON report, an SVG chart and the script are written.
+Exit status 1 when the check found the run incomplete. Ctrl-C stops early
+and reports what was measured.`
+
+func cmdBench(ctx context.Context, args []string, std stdio) error {
+	fs := newFlagSet(std, "bench", benchSynopsis, benchAbout)
+	o := load.Flags(fs.FlagSet)
+	if err := fs.parse(args, std.lookupEnv); err != nil {
+		return err
+	}
+	if len(fs.args) > 0 {
+		return usagef("unexpected argument %q: rein bench takes flags only, e.g. rein bench --sessions 100", fs.args[0])
+	}
+	if err := o.Validate(); err != nil {
+		var re *rein.Error
+		if errors.As(err, &re) && re.Param != "" && fs.Lookup(re.Param) != nil {
+			return fs.invalid(re.Param, "%s", re.Message)
+		}
+		return usagef("%s", err)
+	}
+	o.Progress = std.err
+	sig, stop := std.notify(os.Interrupt)
+	defer stop()
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	go func() {
+		select {
+		case <-sig:
+			cancel()
+		case <-ctx.Done():
+		}
+	}()
+	rep, err := load.Run(ctx, *o)
+	if rep != nil {
+		if werr := rep.WriteTable(std.out); werr != nil {
+			return werr
+		}
+		if o.OutDir != "" {
+			fmt.Fprintf(std.out, "report written to %s\n", o.OutDir)
+		}
+	}
+	switch {
+	case err != nil && errors.Is(err, context.Canceled) && rep != nil:
+		return &exitError{code: 130}
+	case err != nil:
+		return err
+	case !rep.Verification.Complete:
+		return &exitError{code: 1, err: errors.New("the run is incomplete: see the errors and the verification above")}
+	}
+	return nil
+}

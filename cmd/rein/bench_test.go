@@ -1,0 +1,56 @@
+package main
+
+import (
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/reinhq/rein/bench/load"
+)
+
+// TestBenchCommand: a seconds-long rein bench against a server it starts
+// writes every report file and prints the table; bad flags are usage
+// errors naming the flag.
+func TestBenchCommand(t *testing.T) {
+	dir := t.TempDir()
+	code, out, errs := run(t, "", nil, "bench", "--sessions", "3", "--messages", "2", "--chunks", "3",
+		"--chunk-delay", "1ms", "--tool-calls", "1", "--stop-fraction", "0.5", "--idle-streams", "3",
+		"--store", "sqlite:"+filepath.Join(dir, "bench.db"), "--out", filepath.Join(dir, "out"))
+	if code != 0 {
+		t.Fatalf("rein bench: exit %d\nstdout:\n%s\nstderr:\n%s", code, out, errs)
+	}
+	for _, f := range []string{load.FileJSON, load.FileSVG, load.FileTable, load.FileScript} {
+		if st, err := os.Stat(filepath.Join(dir, "out", f)); err != nil || st.Size() == 0 {
+			t.Errorf("%s: %v", f, err)
+		}
+	}
+	f, err := os.Open(filepath.Join(dir, "out", load.FileJSON))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	rep, err := load.ReadJSON(f)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !rep.Verification.Complete || rep.Runs.Completed != 6 {
+		t.Errorf("report: complete=%v, %d runs completed, want 6", rep.Verification.Complete, rep.Runs.Completed)
+	}
+	table, err := os.ReadFile(filepath.Join(dir, "out", load.FileTable))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(out, string(table)) {
+		t.Errorf("stdout does not hold the table:\n%s", out)
+	}
+
+	code, _, errs = run(t, "", nil, "bench", "--sessions", "0")
+	if code != exitUsage || !strings.Contains(errs, "--sessions") {
+		t.Errorf("rein bench --sessions 0: exit %d, stderr %q", code, errs)
+	}
+	code, _, errs = run(t, "", nil, "bench", "--stop-mode", "sideways")
+	if code != exitUsage || !strings.Contains(errs, "--stop-mode") {
+		t.Errorf("rein bench --stop-mode sideways: exit %d, stderr %q", code, errs)
+	}
+}
