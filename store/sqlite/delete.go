@@ -69,7 +69,9 @@ func (s *Store) DeleteSession(ctx context.Context, key rein.SessionKey, check fu
 			// The cache never runs ahead of the database: a rolled-back
 			// deletion simply reloads the entries.
 			delete(tx.s.cache, k)
-			// Waiters wake after the commit and find the session gone.
+			// Waiters wake after the commit and find the session gone;
+			// its log tail goes before they do.
+			tx.op.forget = append(tx.op.forget, k)
 			tx.wake(k)
 			out[i] = tree[i].Session
 		}
@@ -170,7 +172,7 @@ func (s *Store) ListInactive(ctx context.Context, before time.Time, after rein.S
 	if limit <= 0 {
 		limit = -1 // SQLite: no limit
 	}
-	rows, err := s.rdb.QueryContext(ctx, `SELECT owner, id, last FROM (
+	rows, err := s.rq.QueryContext(ctx, `SELECT owner, id, last FROM (
 			SELECT s.owner, s.id, coalesce((SELECT e.created_at FROM events e WHERE e.session_pk = s.pk ORDER BY e.seq DESC LIMIT 1), s.created_at) AS last
 			FROM sessions s
 			WHERE s.parent_id = '' AND (s.owner > ? OR (s.owner = ? AND s.id > ?))

@@ -75,6 +75,8 @@ func (tx *wtx) history(key rein.SessionKey, si *sessInfo) ([]rein.Message, error
 	return tx.s.scanHistory(key, rows)
 }
 
+const qHistory = `SELECT message FROM history WHERE session_pk = ? ORDER BY idx`
+
 // LoadHistory implements store.History.
 func (s *Store) LoadHistory(ctx context.Context, key rein.SessionKey) ([]rein.Message, error) {
 	tx, err := s.rdb.BeginTx(ctx, &sql.TxOptions{ReadOnly: true})
@@ -82,11 +84,11 @@ func (s *Store) LoadHistory(ctx context.Context, key rein.SessionKey) ([]rein.Me
 		return nil, s.fail("loading history", err)
 	}
 	defer tx.Rollback()
-	pk, _, err := readPK(ctx, tx, key)
+	pk, _, err := readPK(ctx, s.rq.in(tx), key)
 	if err != nil {
 		return nil, s.fail("loading history", err)
 	}
-	rows, err := tx.QueryContext(ctx, `SELECT message FROM history WHERE session_pk = ? ORDER BY idx`, pk)
+	rows, err := s.rq.in(tx).QueryContext(ctx, qHistory, pk)
 	if err != nil {
 		return nil, s.fail("loading history", err)
 	}
@@ -176,7 +178,8 @@ func (tx *wtx) appendEvents(key rein.SessionKey, si *sessInfo, out []rein.Event)
 	if len(out) == 0 {
 		return nil
 	}
-	seq := si.lastSeq
+	prev := si.lastSeq
+	seq := prev
 	args := make([]any, 0, 7*min(len(out), insertChunk))
 	for i := range out {
 		e := &out[i]
@@ -195,6 +198,7 @@ func (tx *wtx) appendEvents(key rein.SessionKey, si *sessInfo, out []rein.Event)
 	}
 	tx.touch(si)
 	si.lastSeq = seq
+	tx.op.appended = append(tx.op.appended, appendRec{key: key, prev: prev, evs: out})
 	tx.wake(key)
 	return nil
 }
@@ -208,15 +212,26 @@ func insertEvents(rows int) string {
 		strings.Repeat(", (?, ?, ?, ?, ?, ?, ?)", rows-1)
 }
 
-// ReadEvents implements store.EventLog. The page and the last seq come from
-// one read transaction, so last is never behind the page.
+const qEvents = `SELECT seq, id, run_id, type, payload, created_at FROM events
+		WHERE session_pk = ? AND seq > ? ORDER BY seq LIMIT ?`
+
+// ReadEvents implements store.EventLog. A read the session's log tail
+// covers is answered from memory (tail.go); otherwise the page and the
+// last seq come from one read transaction, so last is never behind the
+// page.
 func (s *Store) ReadEvents(ctx context.Context, key rein.SessionKey, after int64, limit int) ([]rein.Event, int64, error) {
+	if err := s.usable(ctx); err != nil {
+		return nil, 0, err
+	}
+	if out, last, ok := s.tails.read(key, after, limit); ok {
+		return out, last, nil
+	}
 	tx, err := s.rdb.BeginTx(ctx, &sql.TxOptions{ReadOnly: true})
 	if err != nil {
 		return nil, 0, s.fail("reading events", err)
 	}
 	defer tx.Rollback()
-	pk, last, err := readPK(ctx, tx, key)
+	pk, last, err := readPK(ctx, s.rq.in(tx), key)
 	if err != nil {
 		return nil, 0, s.fail("reading events", err)
 	}
@@ -224,8 +239,7 @@ func (s *Store) ReadEvents(ctx context.Context, key rein.SessionKey, after int64
 	if limit <= 0 || after >= last {
 		return out, last, nil
 	}
-	rows, err := tx.QueryContext(ctx, `SELECT seq, id, run_id, type, payload, created_at FROM events
-		WHERE session_pk = ? AND seq > ? ORDER BY seq LIMIT ?`, pk, after, limit)
+	rows, err := s.rq.in(tx).QueryContext(ctx, qEvents, pk, after, limit)
 	if err != nil {
 		return nil, 0, s.fail("reading events", err)
 	}
@@ -249,9 +263,29 @@ func (s *Store) ReadEvents(ctx context.Context, key rein.SessionKey, after int64
 	return out, last, nil
 }
 
+// usable is what a read answered from memory checks first, as a
+// database read would: the caller's context, and that the store is open.
+func (s *Store) usable(ctx context.Context) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	select {
+	case <-s.closing:
+		return errClosed(s.file)
+	default:
+		return nil
+	}
+}
+
 // LastSeq implements store.EventLog.
 func (s *Store) LastSeq(ctx context.Context, key rein.SessionKey) (int64, error) {
-	_, last, err := readPK(ctx, s.rdb, key)
+	if err := s.usable(ctx); err != nil {
+		return 0, err
+	}
+	if last, ok := s.tails.lastSeq(key); ok {
+		return last, nil
+	}
+	_, last, err := readPK(ctx, &s.rq, key)
 	if err != nil {
 		return 0, s.fail("reading last seq", err)
 	}

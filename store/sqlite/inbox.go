@@ -169,6 +169,8 @@ func (tx *wtx) consumeSupplements(si *sessInfo, ids []string, runID string, step
 	return err
 }
 
+const qPending = `SELECT count(*) FROM supplements WHERE session_pk = ? AND status = 'queued'`
+
 // PendingSupplements implements store.Inbox.
 func (s *Store) PendingSupplements(ctx context.Context, key rein.SessionKey) (int, error) {
 	tx, err := s.rdb.BeginTx(ctx, &sql.TxOptions{ReadOnly: true})
@@ -176,12 +178,12 @@ func (s *Store) PendingSupplements(ctx context.Context, key rein.SessionKey) (in
 		return 0, s.fail("counting supplements", err)
 	}
 	defer tx.Rollback()
-	pk, _, err := readPK(ctx, tx, key)
+	pk, _, err := readPK(ctx, s.rq.in(tx), key)
 	if err != nil {
 		return 0, s.fail("counting supplements", err)
 	}
 	var n int
-	if err := tx.QueryRowContext(ctx, `SELECT count(*) FROM supplements WHERE session_pk = ? AND status = 'queued'`, pk).Scan(&n); err != nil {
+	if err := s.rq.in(tx).QueryRowContext(ctx, qPending, pk).Scan(&n); err != nil {
 		return 0, s.fail("counting supplements", err)
 	}
 	return n, nil
@@ -189,7 +191,7 @@ func (s *Store) PendingSupplements(ctx context.Context, key rein.SessionKey) (in
 
 // GetSupplement implements store.Inbox.
 func (s *Store) GetSupplement(ctx context.Context, key rein.SessionKey, supID string) (*store.Supplement, error) {
-	row := s.rdb.QueryRowContext(ctx, `SELECT `+supplementColumns+` FROM supplements
+	row := s.rq.QueryRowContext(ctx, `SELECT `+supplementColumns+` FROM supplements
 		WHERE session_pk = (SELECT pk FROM sessions WHERE owner = ? AND id = ?) AND id = ?`, key.Owner, key.ID, supID)
 	out, err := scanSupplement(key, row)
 	if errors.Is(err, sql.ErrNoRows) {
@@ -339,7 +341,7 @@ func (tx *wtx) closeConfirmations(si *sessInfo, runID string) error {
 
 // GetConfirmation implements store.Confirmations.
 func (s *Store) GetConfirmation(ctx context.Context, key rein.SessionKey, toolUseID string) (*store.Confirmation, error) {
-	row := s.rdb.QueryRowContext(ctx, `SELECT `+confirmationColumns+` FROM confirmations
+	row := s.rq.QueryRowContext(ctx, `SELECT `+confirmationColumns+` FROM confirmations
 		WHERE session_pk = (SELECT pk FROM sessions WHERE owner = ? AND id = ?) AND tool_use_id = ?`, key.Owner, key.ID, toolUseID)
 	out, err := scanConfirmation(key, row)
 	if errors.Is(err, sql.ErrNoRows) {
@@ -353,7 +355,7 @@ func (s *Store) GetConfirmation(ctx context.Context, key rein.SessionKey, toolUs
 
 // ListConfirmations implements store.Confirmations.
 func (s *Store) ListConfirmations(ctx context.Context, key rein.SessionKey, state store.ConfirmationState) ([]*store.Confirmation, error) {
-	rows, err := s.rdb.QueryContext(ctx, `SELECT `+confirmationColumns+` FROM confirmations
+	rows, err := s.rq.QueryContext(ctx, `SELECT `+confirmationColumns+` FROM confirmations
 		WHERE session_pk = (SELECT pk FROM sessions WHERE owner = ? AND id = ?) AND (? = '' OR state = ?)
 		ORDER BY created_at, pk`, key.Owner, key.ID, string(state), string(state))
 	if err != nil {

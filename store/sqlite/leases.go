@@ -158,6 +158,8 @@ func expireLeases(ctx context.Context, conn *sql.Conn, now time.Time) error {
 	return err
 }
 
+const qLease = `SELECT ` + leaseColumns + leaseFrom + `WHERE l.session_pk = ?`
+
 // GetLease implements store.Leases.
 func (s *Store) GetLease(ctx context.Context, key rein.SessionKey) (*store.Lease, error) {
 	tx, err := s.rdb.BeginTx(ctx, &sql.TxOptions{ReadOnly: true})
@@ -165,11 +167,11 @@ func (s *Store) GetLease(ctx context.Context, key rein.SessionKey) (*store.Lease
 		return nil, s.fail("reading lease", err)
 	}
 	defer tx.Rollback()
-	pk, _, err := readPK(ctx, tx, key)
+	pk, _, err := readPK(ctx, s.rq.in(tx), key)
 	if err != nil {
 		return nil, s.fail("reading lease", err)
 	}
-	l, err := scanLease(tx.QueryRowContext(ctx, `SELECT `+leaseColumns+leaseFrom+`WHERE l.session_pk = ?`, pk))
+	l, err := scanLease(s.rq.in(tx).QueryRowContext(ctx, qLease, pk))
 	if errors.Is(err, sql.ErrNoRows) {
 		return nil, notFound("lease")
 	}
@@ -187,7 +189,7 @@ func (s *Store) ListExpiredLeases(ctx context.Context, now time.Time) ([]*store.
 	if now.Nanosecond()%1000 != 0 {
 		cutoff++
 	}
-	rows, err := s.rdb.QueryContext(ctx, `SELECT `+leaseColumns+leaseFrom+`WHERE l.expires_at < ? ORDER BY l.expires_at`, cutoff)
+	rows, err := s.rq.QueryContext(ctx, `SELECT `+leaseColumns+leaseFrom+`WHERE l.expires_at < ? ORDER BY l.expires_at`, cutoff)
 	if err != nil {
 		return nil, s.fail("listing expired leases", err)
 	}

@@ -219,7 +219,7 @@ func boolInt(b bool) int {
 }
 
 func (s *Store) getRun(ctx context.Context, doing, where string, args ...any) (*store.RunRecord, error) {
-	rec, err := scanRun(s.rdb.QueryRowContext(ctx, `SELECT `+runColumns+runFrom+where, args...))
+	rec, err := scanRun(s.rq.QueryRowContext(ctx, `SELECT `+runColumns+runFrom+where, args...))
 	if errors.Is(err, sql.ErrNoRows) {
 		return nil, notFound("run")
 	}
@@ -243,7 +243,7 @@ func (s *Store) GetRunByClientID(ctx context.Context, key rein.SessionKey, clien
 }
 
 func (s *Store) listRuns(ctx context.Context, query string, args ...any) ([]*store.RunRecord, error) {
-	rows, err := s.rdb.QueryContext(ctx, query, args...)
+	rows, err := s.rq.QueryContext(ctx, query, args...)
 	if err != nil {
 		return nil, s.fail("listing runs", err)
 	}

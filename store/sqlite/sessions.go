@@ -100,7 +100,7 @@ func scanSession(sc interface{ Scan(...any) error }) (*store.Session, error) {
 
 // GetSession implements store.Sessions.
 func (s *Store) GetSession(ctx context.Context, key rein.SessionKey) (*store.Session, error) {
-	row := s.rdb.QueryRowContext(ctx, `SELECT `+sessionColumns+` FROM sessions WHERE owner = ? AND id = ?`, key.Owner, key.ID)
+	row := s.rq.QueryRowContext(ctx, `SELECT `+sessionColumns+` FROM sessions WHERE owner = ? AND id = ?`, key.Owner, key.ID)
 	out, err := scanSession(row)
 	if errors.Is(err, sql.ErrNoRows) {
 		return nil, notFound("session")
@@ -112,7 +112,7 @@ func (s *Store) GetSession(ctx context.Context, key rein.SessionKey) (*store.Ses
 }
 
 func (s *Store) listSessions(ctx context.Context, doing, query string, args ...any) ([]*store.Session, error) {
-	rows, err := s.rdb.QueryContext(ctx, query, args...)
+	rows, err := s.rq.QueryContext(ctx, query, args...)
 	if err != nil {
 		return nil, s.fail(doing, err)
 	}
@@ -162,12 +162,14 @@ func (s *Store) SetSystem(ctx context.Context, key rein.SessionKey, system *stri
 	})
 }
 
+const qReadPK = `SELECT pk, coalesce((SELECT max(seq) FROM events WHERE session_pk = sessions.pk), 0)
+		FROM sessions WHERE owner = ? AND id = ?`
+
 // readPK returns a session's primary key for a read, or not-found.
 func readPK(ctx context.Context, q interface {
 	QueryRowContext(context.Context, string, ...any) *sql.Row
 }, key rein.SessionKey) (pk, lastSeq int64, err error) {
-	err = q.QueryRowContext(ctx, `SELECT pk, coalesce((SELECT max(seq) FROM events WHERE session_pk = sessions.pk), 0)
-		FROM sessions WHERE owner = ? AND id = ?`, key.Owner, key.ID).Scan(&pk, &lastSeq)
+	err = q.QueryRowContext(ctx, qReadPK, key.Owner, key.ID).Scan(&pk, &lastSeq)
 	if errors.Is(err, sql.ErrNoRows) {
 		return 0, 0, notFound("session")
 	}

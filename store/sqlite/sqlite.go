@@ -69,6 +69,7 @@ type Store struct {
 	wdb   *sql.DB   // the writer's database handle, one connection
 	wconn *sql.Conn // that connection, used only by the writer goroutine
 	rdb   *sql.DB   // the read pool
+	rq    reader    // its prepared queries
 
 	ops       chan *op
 	closing   chan struct{} // closed by Close: stop taking work, wake waiters
@@ -77,6 +78,7 @@ type Store struct {
 	closeErr  error
 
 	waiters notifier
+	tails   tails
 
 	// Writer-goroutine state: no lock, nothing else touches it.
 	stmts map[string]*sql.Stmt
@@ -199,6 +201,10 @@ func (s *Store) open(ctx context.Context, opts Options) error {
 	s.rdb.SetMaxOpenConns(n)
 	s.rdb.SetMaxIdleConns(n)
 	if err := s.rdb.PingContext(ctx); err != nil {
+		return s.fail("opening", err)
+	}
+	s.rq.db = s.rdb
+	if err := s.rq.prepare(ctx, qReadPK, qHistory, qEvents, qPending, qLease); err != nil {
 		return s.fail("opening", err)
 	}
 	return nil
@@ -343,7 +349,7 @@ func (s *Store) closeHandles() error {
 		errs = append(errs, s.wdb.Close())
 	}
 	if s.rdb != nil {
-		errs = append(errs, s.rdb.Close())
+		errs = append(errs, s.rq.close(), s.rdb.Close())
 	}
 	if err := errors.Join(errs...); err != nil {
 		return mapErr(s.file, "closing", err)

@@ -2,6 +2,7 @@ package sqlite
 
 import (
 	"context"
+	"fmt"
 	"database/sql"
 	"errors"
 	"runtime"
@@ -37,6 +38,11 @@ type op struct {
 	raw   bool
 	done  chan error // buffered: the writer never blocks answering
 	wakes []rein.SessionKey
+	// appended are the events the operation appended, for the log tails
+	// (tail.go) once they are committed; forget names sessions whose
+	// tail goes then (deleted).
+	appended []appendRec
+	forget   []rein.SessionKey
 	// state is opPending until the writer takes the operation (opTaken)
 	// or its caller gives up first (opAbandoned). A caller that finds it
 	// taken waits for the answer: an operation's function (an Update's fn,
@@ -169,6 +175,13 @@ func (tx *wtx) restoreCache() {
 // committed.
 func (tx *wtx) wake(key rein.SessionKey) { tx.op.wakes = append(tx.op.wakes, key) }
 
+// appendRec is one append of an operation: evs follow seq prev of key.
+type appendRec struct {
+	key  rein.SessionKey
+	prev int64
+	evs  []rein.Event
+}
+
 // exec and query run a statement on the writer's connection, prepared once
 // and reused across transactions.
 func (tx *wtx) exec(query string, args ...any) (sql.Result, error) {
@@ -251,6 +264,9 @@ func (tx *wtx) fenced(key rein.SessionKey, f store.Fence) (*sessInfo, error) {
 func (s *Store) writer() {
 	defer close(s.stopped)
 	batch := make([]*op, 0, maxBatch)
+	// walFull is set when a batch failed on a full disk, until the WAL
+	// has been given back (giveBackWAL).
+	walFull := false
 	for {
 		batch = batch[:0]
 		select {
@@ -274,8 +290,28 @@ func (s *Store) writer() {
 				break fill
 			}
 		}
-		s.runBatch(batch)
+		if walFull {
+			walFull = !s.giveBackWAL()
+		}
+		if s.runBatch(batch) {
+			walFull = true
+		}
 	}
+}
+
+// giveBackWAL checkpoints the whole WAL into the database file and
+// truncates it, and reports whether that worked. The WAL is checkpointed
+// only every ~40 MB (see Open) and keeps its size after a checkpoint, so
+// after a full disk it can hold tens of megabytes that no write can use
+// until then: freeing less than that would never let the store write
+// again, its WAL filling the freed space each time. The writer tries this
+// before each batch after a batch failed on a full disk, until it works
+// (it needs room for the database file to take the WAL's pages).
+func (s *Store) giveBackWAL() bool {
+	var busy, logFrames, checkpointed int
+	err := s.wconn.QueryRowContext(context.Background(), "PRAGMA wal_checkpoint(TRUNCATE)").Scan(&busy, &logFrames, &checkpointed)
+	println("H10DEBUG giveBackWAL", busy, logFrames, checkpointed, fmt.Sprint(err))
+	return err == nil && busy == 0
 }
 
 func (s *Store) failQueued() {
@@ -289,7 +325,9 @@ func (s *Store) failQueued() {
 	}
 }
 
-func (s *Store) runBatch(batch []*op) {
+// runBatch runs and answers one batch, and reports whether an operation of
+// it failed on a full disk.
+func (s *Store) runBatch(batch []*op) (full bool) {
 	bg := context.Background()
 	live := batch[:0:0]
 	for _, o := range batch {
@@ -308,9 +346,15 @@ func (s *Store) runBatch(batch []*op) {
 		return
 	}
 	results := make([]error, len(live))
+	defer func() {
+		for _, err := range results {
+			full = full || isCode(err, sqlite3.SQLITE_FULL)
+		}
+	}()
 	abort := func(err error) {
 		s.wconn.ExecContext(bg, "ROLLBACK")
 		clear(s.cache)
+		s.tails.reset()
 		for i, o := range live {
 			if results[i] == nil {
 				results[i] = s.fail(o.doing, err)
@@ -334,6 +378,7 @@ func (s *Store) runBatch(batch []*op) {
 				o.wakes = nil
 				if _, rbErr := s.wconn.ExecContext(bg, "ROLLBACK"); rbErr != nil {
 					clear(s.cache)
+					s.tails.reset()
 				} else {
 					tx.restoreCache()
 				}
@@ -387,6 +432,7 @@ func (s *Store) runBatch(batch []*op) {
 		abort(err)
 	}
 	s.answer(live, results)
+	return
 }
 
 // failure is what the caller of a failed operation is told.
@@ -409,12 +455,20 @@ func statementOnlyFailure(err error) bool {
 	return errors.As(err, &re) || errors.Is(err, rein.ErrLeaseLost)
 }
 
-// answer replies to every operation and, for those that committed, wakes
-// the sessions they appended to. Waking after the commit is what lets a
-// woken reader find the events.
+// answer replies to every operation and, for those that committed, puts
+// their events on the log tails and wakes the sessions they appended to.
+// Waking after the commit is what lets a woken reader find the events;
+// the tails are extended first, in commit order, so what a woken reader
+// finds there is what it was woken for.
 func (s *Store) answer(live []*op, results []error) {
 	for i, o := range live {
 		if results[i] == nil {
+			for _, a := range o.appended {
+				s.tails.appended(a.key, a.prev, a.evs)
+			}
+			for _, key := range o.forget {
+				s.tails.drop(key)
+			}
 			for _, key := range o.wakes {
 				s.waiters.publish(key)
 			}

@@ -1,0 +1,176 @@
+package sqlite
+
+import (
+	"bytes"
+	"container/list"
+	"sync"
+
+	"github.com/reinhq/rein"
+)
+
+// Live readers (event streams, WaitEvents) ask for the last few events of
+// a session again and again: every append wakes them all, and each would
+// read the log back from the database — two queries and a read
+// transaction per reader per append, which under load cost more CPU than
+// the appends themselves. The store is the file's only writer (the file
+// lock), so it knows every committed event as the writer commits it: it
+// keeps the tail of each recently written log in memory and answers
+// reads that fall inside it from there. The database stays the source of
+// truth: a read from before the tail, or of a session without one, goes
+// to it.
+//
+// A tail is the committed events of one session with seq first..last, no
+// gap: it starts with the first append this Store commits to the session
+// (everything before is in the database) and is extended only by appends
+// that continue it exactly, in commit order. Anything else — an append
+// that does not follow on, a failed batch, a deleted session — drops the
+// tail, so it can only be behind the database for the moment between a
+// commit and its answer, never wrong.
+
+// Bounds of what the tails hold. A tail keeps at most tailEvents events
+// and tailBytes of payload (older events fall off its front); all tails
+// together hold at most tailsBytes, the least recently written dropped
+// first.
+const (
+	tailEvents = 256
+	tailBytes  = 64 << 10
+	tailsBytes = 32 << 20
+)
+
+type tails struct {
+	mu    sync.Mutex
+	m     map[rein.SessionKey]*tail
+	lru   list.List // of *tail, most recently appended first
+	bytes int
+}
+
+type tail struct {
+	key  rein.SessionKey
+	last int64
+	// evs are the retained events, evs[len-1].Seq == last when not empty;
+	// an empty tail still knows last.
+	evs   []rein.Event
+	bytes int
+	elem  *list.Element
+}
+
+// size is what one event counts against the bounds.
+func size(e *rein.Event) int { return len(e.Payload) + len(e.ID) + len(e.RunID) + len(e.Type) + 64 }
+
+// appended records events the writer has just committed to key, in seq
+// order. prev is the session's last seq before them.
+func (t *tails) appended(key rein.SessionKey, prev int64, evs []rein.Event) {
+	if len(evs) == 0 {
+		return
+	}
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.m == nil {
+		t.m = map[rein.SessionKey]*tail{}
+	}
+	tl := t.m[key]
+	if tl != nil && tl.last != prev {
+		// Not a continuation: what lies between is unknown here.
+		t.dropLocked(tl)
+		tl = nil
+	}
+	if tl == nil {
+		tl = &tail{key: key, last: prev}
+		tl.elem = t.lru.PushFront(tl)
+		t.m[key] = tl
+	} else {
+		t.lru.MoveToFront(tl.elem)
+	}
+	for _, e := range evs {
+		// The caller keeps the events it appended: the tail's are its own.
+		e.Payload = bytes.Clone(e.Payload)
+		n := size(&e)
+		tl.evs = append(tl.evs, e)
+		tl.bytes += n
+		t.bytes += n
+		tl.last = e.Seq
+	}
+	// Drop from the front what exceeds the tail's bounds; copy down once
+	// in a while so the backing array does not grow without end.
+	drop := 0
+	for len(tl.evs)-drop > tailEvents || (tl.bytes > tailBytes && len(tl.evs)-drop > 1) {
+		n := size(&tl.evs[drop])
+		tl.bytes -= n
+		t.bytes -= n
+		drop++
+	}
+	if drop > 0 {
+		clear(tl.evs[:drop])
+		tl.evs = tl.evs[drop:]
+		if cap(tl.evs) > 2*tailEvents {
+			tl.evs = append(make([]rein.Event, 0, len(tl.evs)+tailEvents/4), tl.evs...)
+		}
+	}
+	for t.bytes > tailsBytes && t.lru.Len() > 1 {
+		t.dropLocked(t.lru.Back().Value.(*tail))
+	}
+}
+
+// drop forgets key's tail (its session was deleted).
+func (t *tails) drop(key rein.SessionKey) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if tl := t.m[key]; tl != nil {
+		t.dropLocked(tl)
+	}
+}
+
+// reset forgets every tail: after a failed batch nothing of what the
+// writer believed is trusted.
+func (t *tails) reset() {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	clear(t.m)
+	t.lru.Init()
+	t.bytes = 0
+}
+
+func (t *tails) dropLocked(tl *tail) {
+	t.lru.Remove(tl.elem)
+	delete(t.m, tl.key)
+	t.bytes -= tl.bytes
+}
+
+// read answers ReadEvents from key's tail: the events after after (at
+// most limit) and the last seq. ok is false when the tail cannot answer:
+// there is none, or after is before what it holds, or beyond its last
+// (then the database may already know more).
+func (t *tails) read(key rein.SessionKey, after int64, limit int) (out []rein.Event, last int64, ok bool) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	tl := t.m[key]
+	if tl == nil || after > tl.last {
+		return nil, 0, false
+	}
+	first := tl.last + 1
+	if len(tl.evs) > 0 {
+		first = tl.evs[0].Seq
+	}
+	if after < first-1 {
+		return nil, 0, false
+	}
+	i := int(after - first + 1)
+	n := min(len(tl.evs)-i, max(limit, 0))
+	out = make([]rein.Event, n)
+	for k := range n {
+		e := tl.evs[i+k]
+		e.Payload = bytes.Clone(e.Payload)
+		out[k] = e
+	}
+	return out, tl.last, true
+}
+
+// lastSeq is key's last committed seq if a tail knows it.
+func (t *tails) lastSeq(key rein.SessionKey) (int64, bool) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if tl := t.m[key]; tl != nil {
+		return tl.last, true
+	}
+	return 0, false
+}
