@@ -10,7 +10,8 @@ import (
 	"github.com/reinhq/rein/store"
 )
 
-// writer is a run's ordered event writer: agent.Sink over the session log.
+// writer is a run's ordered event writer: agent.Sink (and agent.DeltaSink)
+// over the session log.
 //
 // Emit queues and returns; one drain goroutine at a time appends whatever
 // has queued since its last append, so a burst of streamed deltas costs one
@@ -18,6 +19,12 @@ import (
 // deltas of the same step are coalesced into one event (docs/api.md allows
 // it). Order is kept: events are appended in Emit order. A failed append is
 // remembered and returned by the next Emit and by Flush.
+//
+// A delta is queued as its text, not as an encoded event: the deltas a
+// batch coalesces are joined as strings and encoded once, when the batch
+// is appended. Encoding each chunk and decoding it again to merge it cost
+// more than the rest of a streamed step, and grew with the square of the
+// text when a slow store let a long stream pile up.
 type writer struct {
 	st      store.EventLog
 	key     rein.SessionKey
@@ -25,10 +32,24 @@ type writer struct {
 
 	mu    sync.Mutex
 	fence store.Fence
-	queue []rein.Event
+	queue []item
 	busy  bool
 	err   error
 	idle  chan struct{} // closed when the queue drains; nil while idle
+	// spare is the last batch's backing array, reused by the next.
+	spare []item
+}
+
+// item is one queued event: ev, or (delta) the text of an
+// agent.message.delta of run and step, encoded when it is appended: text,
+// or once a second chunk is merged into it, more.
+type item struct {
+	ev    rein.Event
+	delta bool
+	run   string
+	step  int
+	text  string
+	more  []byte
 }
 
 func newWriter(st store.EventLog, key rein.SessionKey, observe func(time.Duration, int)) *writer {
@@ -42,7 +63,8 @@ func (w *writer) setFence(f store.Fence) {
 	w.mu.Unlock()
 }
 
-// Emit implements agent.Sink.
+// Emit implements agent.Sink. An agent.message.delta that follows one of
+// the same run and step is merged into it.
 func (w *writer) Emit(_ context.Context, evs ...rein.Event) error {
 	w.mu.Lock()
 	defer w.mu.Unlock()
@@ -50,36 +72,62 @@ func (w *writer) Emit(_ context.Context, evs ...rein.Event) error {
 		return w.err
 	}
 	for _, e := range evs {
-		if n := len(w.queue); n > 0 && e.Type == rein.EventMessageDelta && w.queue[n-1].Type == rein.EventMessageDelta {
-			if merged, ok := mergeDelta(w.queue[n-1], e); ok {
-				w.queue[n-1] = merged
+		if e.Type == rein.EventMessageDelta {
+			var p rein.MessageDeltaPayload
+			if json.Unmarshal(e.Payload, &p) == nil && p.RunID == e.RunID {
+				w.addDelta(e.RunID, p.Step, p.Text)
 				continue
 			}
 		}
-		w.queue = append(w.queue, e)
+		w.queue = append(w.queue, item{ev: e})
 	}
+	w.start()
+	return nil
+}
+
+// EmitDelta implements agent.DeltaSink: Emit of an agent.message.delta,
+// without the encoding.
+func (w *writer) EmitDelta(_ context.Context, runID string, step int, text string) error {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.err != nil {
+		return w.err
+	}
+	w.addDelta(runID, step, text)
+	w.start()
+	return nil
+}
+
+// addDelta queues a delta's text, merged into the last queued item when
+// that is a delta of the same run and step. Called with mu held.
+func (w *writer) addDelta(runID string, step int, text string) {
+	if n := len(w.queue); n > 0 {
+		if last := &w.queue[n-1]; last.delta && last.run == runID && last.step == step {
+			if last.more == nil {
+				last.more = append(make([]byte, 0, 2*(len(last.text)+len(text))), last.text...)
+			}
+			last.more = append(last.more, text...)
+			return
+		}
+	}
+	w.queue = append(w.queue, item{delta: true, run: runID, step: step, text: text})
+}
+
+// start starts the drain goroutine unless one runs. Called with mu held.
+func (w *writer) start() {
 	if !w.busy && len(w.queue) > 0 {
 		w.busy = true
 		w.idle = make(chan struct{})
 		go w.drain()
 	}
-	return nil
-}
-
-func mergeDelta(a, b rein.Event) (rein.Event, bool) {
-	var pa, pb rein.MessageDeltaPayload
-	if a.RunID != b.RunID || json.Unmarshal(a.Payload, &pa) != nil || json.Unmarshal(b.Payload, &pb) != nil || pa.Step != pb.Step {
-		return a, false
-	}
-	pa.Text += pb.Text
-	return rein.NewEvent(rein.EventMessageDelta, a.RunID, pa), true
 }
 
 func (w *writer) drain() {
+	var evs []rein.Event
 	for {
 		w.mu.Lock()
 		batch := w.queue
-		w.queue = nil
+		w.queue, w.spare = w.spare[:0], nil
 		fence := w.fence
 		if len(batch) == 0 || w.err != nil {
 			w.busy = false
@@ -89,20 +137,39 @@ func (w *writer) drain() {
 			return
 		}
 		w.mu.Unlock()
+		evs = evs[:0]
+		for i := range batch {
+			it := &batch[i]
+			if it.delta {
+				text := it.text
+				if it.more != nil {
+					text = string(it.more)
+				}
+				it.ev = rein.NewEvent(rein.EventMessageDelta, it.run, rein.MessageDeltaPayload{RunID: it.run, Step: it.step, Text: text})
+			}
+			evs = append(evs, it.ev)
+		}
 		// Events the run produced must be written even if the run is being
-		// cancelled: the append has its own bounded context.
-		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		// cancelled, so the append does not take the run's context. It has
+		// no deadline of its own either: a timer per batch was a tenth of
+		// a short run's cost, and the store bounds its own waits (and
+		// fails them when it closes); whoever waits for the append (Flush)
+		// waits with its own deadline.
 		t0 := time.Now()
-		_, err := w.st.AppendEvents(ctx, w.key, fence, batch)
-		cancel()
+		_, err := w.st.AppendEvents(context.Background(), w.key, fence, evs)
 		if w.observe != nil {
-			w.observe(time.Since(t0), len(batch))
+			w.observe(time.Since(t0), len(evs))
 		}
-		if err != nil {
-			w.mu.Lock()
+		clear(batch)
+		clear(evs)
+		w.mu.Lock()
+		if err != nil && w.err == nil {
 			w.err = err
-			w.mu.Unlock()
 		}
+		if w.spare == nil {
+			w.spare = batch[:0]
+		}
+		w.mu.Unlock()
 	}
 }
 

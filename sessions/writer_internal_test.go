@@ -1,0 +1,138 @@
+package sessions
+
+import (
+	"context"
+	"sync"
+	"testing"
+
+	"github.com/reinhq/rein"
+	"github.com/reinhq/rein/store"
+	"github.com/reinhq/rein/store/memory"
+)
+
+// gatedLog is an event log whose appends wait for a gate, so that what a
+// writer coalesces while its first append is held is known.
+type gatedLog struct {
+	store.EventLog
+	entered chan struct{} // an append began (buffered)
+	gate    chan struct{}
+	mu      sync.Mutex
+	batches [][]rein.Event
+}
+
+func (g *gatedLog) AppendEvents(ctx context.Context, key rein.SessionKey, f store.Fence, evs []rein.Event) ([]rein.Event, error) {
+	select {
+	case g.entered <- struct{}{}:
+	default:
+	}
+	<-g.gate
+	g.mu.Lock()
+	g.batches = append(g.batches, append([]rein.Event(nil), evs...))
+	g.mu.Unlock()
+	return g.EventLog.AppendEvents(ctx, key, f, evs)
+}
+
+// While an append is in flight, the deltas of one step queue as text and
+// leave as one event with the text joined and correctly encoded; a delta
+// of another step or run, or any other event in between, starts a new
+// one, and the order of everything is kept. Deltas given to Emit as
+// encoded events merge exactly as those given to EmitDelta.
+func TestWriterCoalescesDeltasWithoutReencoding(t *testing.T) {
+	st := memory.New()
+	ctx := context.Background()
+	sess := &store.Session{Owner: "o", ID: "ses_w"}
+	if err := st.CreateSession(ctx, sess); err != nil {
+		t.Fatal(err)
+	}
+	g := &gatedLog{EventLog: st, entered: make(chan struct{}, 1), gate: make(chan struct{})}
+	w := newWriter(g, sess.Key(), nil)
+	delta := func(run string, step int, text string) rein.Event {
+		return rein.NewEvent(rein.EventMessageDelta, run, rein.MessageDeltaPayload{RunID: run, Step: step, Text: text})
+	}
+	// The first delta starts an append, which the gate holds.
+	must := func(err error) {
+		t.Helper()
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	must(w.EmitDelta(ctx, "run_a", 1, "first"))
+	<-g.entered
+	must(w.EmitDelta(ctx, "run_a", 1, `He said "<hi>" `))
+	must(w.Emit(ctx, delta("run_a", 1, "& left\n")))
+	must(w.EmitDelta(ctx, "run_a", 1, "…ok"))
+	must(w.EmitDelta(ctx, "run_a", 2, "step two"))
+	restart := rein.NewEvent(rein.EventStepRestarted, "run_a", rein.StepRestartedPayload{RunID: "run_a", Step: 2, Attempt: 2})
+	must(w.Emit(ctx, restart))
+	must(w.EmitDelta(ctx, "run_a", 2, " again"))
+	must(w.EmitDelta(ctx, "run_b", 2, "other run"))
+	close(g.gate)
+	must(w.Flush(ctx))
+
+	evs, _, err := st.ReadEvents(ctx, sess.Key(), 0, 100)
+	if err != nil {
+		t.Fatal(err)
+	}
+	type want struct {
+		typ  rein.EventType
+		run  string
+		step int
+		text string
+	}
+	wants := []want{
+		{rein.EventMessageDelta, "run_a", 1, "first"},
+		{rein.EventMessageDelta, "run_a", 1, "He said \"<hi>\" & left\n…ok"},
+		{rein.EventMessageDelta, "run_a", 2, "step two"},
+		{rein.EventStepRestarted, "run_a", 0, ""},
+		{rein.EventMessageDelta, "run_a", 2, " again"},
+		{rein.EventMessageDelta, "run_b", 2, "other run"},
+	}
+	if len(evs) != len(wants) {
+		t.Fatalf("log has %d events, want %d: %+v", len(evs), len(wants), evs)
+	}
+	for i, w := range wants {
+		e := evs[i]
+		if e.Type != w.typ || e.RunID != w.run {
+			t.Fatalf("event %d is %s of %s, want %s of %s", i, e.Type, e.RunID, w.typ, w.run)
+		}
+		if w.typ != rein.EventMessageDelta {
+			if string(e.Payload) != string(restart.Payload) {
+				t.Fatalf("event %d payload %s, want %s", i, e.Payload, restart.Payload)
+			}
+			continue
+		}
+		var p rein.MessageDeltaPayload
+		if err := e.DecodePayload(&p); err != nil {
+			t.Fatal(err)
+		}
+		if p.RunID != w.run || p.Step != w.step || p.Text != w.text {
+			t.Fatalf("event %d payload %+v, want %+v", i, p, w)
+		}
+		// The encoding is the one every event gets.
+		if again := delta(p.RunID, p.Step, p.Text); string(again.Payload) != string(e.Payload) {
+			t.Fatalf("event %d encoded as %s, want %s", i, e.Payload, again.Payload)
+		}
+	}
+	if len(g.batches) != 2 || len(g.batches[0]) != 1 {
+		t.Fatalf("appends: %d, first of %d events; want the first delta alone, then the rest in one", len(g.batches), len(g.batches[0]))
+	}
+}
+
+// A failed append is returned by the next Emit, EmitDelta and Flush.
+func TestWriterReportsAFailedAppend(t *testing.T) {
+	st := memory.New()
+	ctx := context.Background()
+	w := newWriter(st, rein.SessionKey{Owner: "o", ID: "ses_missing"}, nil)
+	if err := w.EmitDelta(ctx, "run_a", 1, "x"); err != nil {
+		t.Fatal(err)
+	}
+	if err := w.Flush(ctx); err == nil {
+		t.Fatal("Flush after an append to a missing session: no error")
+	}
+	if err := w.EmitDelta(ctx, "run_a", 1, "y"); err == nil {
+		t.Fatal("EmitDelta after a failed append: no error")
+	}
+	if err := w.Emit(ctx, rein.NewEvent(rein.EventStepRestarted, "run_a", rein.StepRestartedPayload{RunID: "run_a"})); err == nil {
+		t.Fatal("Emit after a failed append: no error")
+	}
+}
