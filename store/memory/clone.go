@@ -49,11 +49,6 @@ func cloneMessage(m rein.Message) rein.Message {
 	return m
 }
 
-func cloneEvent(e rein.Event) rein.Event {
-	e.Payload = cloneBytes(e.Payload)
-	return e
-}
-
 func cloneRun(r *store.RunRecord) *store.RunRecord { c := *r; return &c }
 
 func cloneSupplement(s *store.Supplement) *store.Supplement { c := *s; return &c }

@@ -1,6 +1,7 @@
 package memory
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"strconv"
@@ -80,23 +81,32 @@ func (s *Store) AppendEvents(ctx context.Context, key rein.SessionKey, fence sto
 
 // AppendEvents implements store.Tx. Waiters are woken when the
 // transaction commits (see update).
+//
+// Nothing is allocated per event beyond the events themselves: the
+// payloads are validated in place, then copied into one buffer, once for
+// the log and once for the caller (copies in and out, as for every
+// value), and the undo is a mark, not a closure.
 func (t *tx) AppendEvents(evs ...rein.Event) ([]rein.Event, error) {
 	if err := t.check(); err != nil {
 		return nil, err
 	}
 	// Validate all before storing any: a bad payload must leave the log
 	// untouched.
-	payloads := make([]json.RawMessage, len(evs))
+	size := 0
 	for i, e := range evs {
-		p, err := jsonOrEmpty("events["+strconv.Itoa(i)+"].payload", e.Payload)
+		p, err := payloadOf(i, e.Payload)
 		if err != nil {
 			return nil, err
 		}
-		payloads[i] = p
+		size += len(p)
 	}
+	// The log's copies in the first half, the caller's in the second.
+	buf := make([]byte, 2*size)
+	off := 0
 	ss, n := t.ss, len(t.ss.events)
 	out := make([]rein.Event, len(evs))
 	for i, e := range evs {
+		p, _ := payloadOf(i, e.Payload)
 		e.Seq = int64(len(ss.events)) + 1
 		e.SessionID = t.key.ID
 		if e.ID == "" {
@@ -106,18 +116,40 @@ func (t *tx) AppendEvents(evs ...rein.Event) ([]rein.Event, error) {
 		if e.CreatedAt.IsZero() {
 			e.CreatedAt = t.now
 		}
-		e.Payload = payloads[i]
+		// Each payload a full slice expression of its own: appending to
+		// one can never overwrite the next.
+		end := off + len(p)
+		copy(buf[off:end], p)
+		copy(buf[size+off:size+end], p)
+		e.Payload = buf[off:end:end]
 		ss.events = append(ss.events, e)
-		out[i] = cloneEvent(e)
+		e.Payload = buf[size+off : size+end : size+end]
+		out[i] = e
+		off = end
 	}
 	if len(evs) > 0 {
 		t.appended = true
-		t.onUndo(func() {
-			clear(ss.events[n:])
-			ss.events = ss.events[:n]
-		})
+		if !t.evMarked {
+			t.evMarked, t.evFrom = true, n
+		}
 	}
 	return out, nil
+}
+
+// emptyPayload is the payload of an event given none.
+var emptyPayload = json.RawMessage("{}")
+
+// payloadOf validates the payload of the i-th event to append (nil or
+// blank means {}); the parameter an error names is only built for one.
+func payloadOf(i int, b json.RawMessage) (json.RawMessage, error) {
+	if len(bytes.TrimSpace(b)) == 0 {
+		return emptyPayload, nil
+	}
+	if !json.Valid(b) {
+		param := "events[" + strconv.Itoa(i) + "].payload"
+		return nil, rein.InvalidArgument(param, "%s is not valid JSON", param)
+	}
+	return b, nil
 }
 
 // ReadEvents implements store.EventLog.
@@ -131,12 +163,29 @@ func (s *Store) ReadEvents(ctx context.Context, key rein.SessionKey, after int64
 		return nil, 0, err
 	}
 	last := int64(len(ss.events))
-	out := []rein.Event{}
 	if after < 0 {
 		after = 0
 	}
-	for i := after; i < last && len(out) < limit; i++ {
-		out = append(out, cloneEvent(ss.events[i]))
+	end := min(last, after+int64(max(limit, 0)))
+	if after >= end {
+		return []rein.Event{}, last, nil
+	}
+	page := ss.events[after:end]
+	// The page's payloads are copied into one buffer: a copy per event
+	// would be an allocation per event per reader.
+	size := 0
+	for i := range page {
+		size += len(page[i].Payload)
+	}
+	buf := make([]byte, 0, size)
+	out := make([]rein.Event, len(page))
+	for i, e := range page {
+		a := len(buf)
+		buf = append(buf, e.Payload...)
+		if e.Payload != nil {
+			e.Payload = buf[a:len(buf):len(buf)]
+		}
+		out[i] = e
 	}
 	return out, last, nil
 }

@@ -105,6 +105,8 @@ func (t *tx) Lease() (*store.Lease, error) {
 	return cloneLease(t.ss.lease), nil
 }
 
+var errNoLease = notFound("lease")
+
 // GetLease implements store.Leases.
 func (s *Store) GetLease(ctx context.Context, key rein.SessionKey) (*store.Lease, error) {
 	if err := s.lock(ctx); err != nil {
@@ -116,7 +118,8 @@ func (s *Store) GetLease(ctx context.Context, key rein.SessionKey) (*store.Lease
 		return nil, err
 	}
 	if ss.lease == nil {
-		return nil, notFound("lease")
+		// The common answer (an idle session): one error for all.
+		return nil, errNoLease
 	}
 	return cloneLease(ss.lease), nil
 }

@@ -30,6 +30,10 @@ type tx struct {
 	// appended is set once events were appended: waiters are woken at
 	// commit, never before, so a woken reader always finds them.
 	appended bool
+	// evMarked and evFrom are the events' undo: the session's log had
+	// evFrom events before this transaction's first append.
+	evMarked bool
+	evFrom   int
 	// done is set when update returns, so a function that kept its Tx
 	// gets an error instead of writing outside the lock.
 	done bool
@@ -42,6 +46,13 @@ var errTxDone = rein.Errorf(rein.CodeInternal, "store: Tx used after its Update 
 // update runs fn as one transaction on key: it checks the fence, runs fn
 // and commits, or undoes everything fn wrote if fn fails or panics.
 func (s *Store) update(ctx context.Context, key rein.SessionKey, fence store.Fence, fn func(t *tx) error) error {
+	return s.run(ctx, key, fence, fn, nil)
+}
+
+// run is update with the function as an internal one (fn) or as an
+// Update's (ufn): exactly one is set. Taking both spares Update a closure
+// around its function on every call.
+func (s *Store) run(ctx context.Context, key rein.SessionKey, fence store.Fence, fn func(t *tx) error, ufn func(store.Tx) error) error {
 	if err := s.lock(ctx); err != nil {
 		return err
 	}
@@ -62,7 +73,12 @@ func (s *Store) update(ctx context.Context, key rein.SessionKey, fence store.Fen
 			t.rollback()
 		}
 	}()
-	if err := fn(t); err != nil {
+	if fn != nil {
+		err = fn(t)
+	} else {
+		err = ufn(t)
+	}
+	if err != nil {
 		return err
 	}
 	committed = true
@@ -76,7 +92,7 @@ func (s *Store) update(ctx context.Context, key rein.SessionKey, fence store.Fen
 // Update implements store.Updater. The fence is checked once, before fn;
 // the store lock, held until the commit, is what keeps it true.
 func (s *Store) Update(ctx context.Context, key rein.SessionKey, fence store.Fence, fn func(tx store.Tx) error) error {
-	return s.update(ctx, key, fence, func(t *tx) error { return fn(t) })
+	return s.run(ctx, key, fence, nil, fn)
 }
 
 // onUndo records how to take back a write just made.
@@ -87,6 +103,14 @@ func (t *tx) rollback() {
 		t.undo[i]()
 	}
 	t.undo = nil
+	if t.evMarked {
+		// Only appends change a log, so taking the log back to its length
+		// before the first one undoes them all, in any order with the rest.
+		ss := t.ss
+		clear(ss.events[t.evFrom:])
+		ss.events = ss.events[:t.evFrom]
+		t.evMarked = false
+	}
 	t.appended = false
 }
 
