@@ -42,3 +42,35 @@ func BenchmarkLoad(b *testing.B) {
 		})
 	}
 }
+
+// BenchmarkLoadTarget is the workload the performance targets are set
+// for: 1,000 sessions at once, one message each, 20 deltas 20 ms apart, on
+// SQLite (docs/performance.md, Targets). One op is the whole workload, so
+// run it with -benchtime 1x; with -cpuprofile it shows where the server's
+// CPU per event goes (the load client is in the profile too: it runs in
+// this process). Reported as BenchmarkLoad, plus events and the server's
+// message → run_started p99.
+//
+//	go test -run '^$' -bench LoadTarget -benchtime 1x -count 3 ./bench/load/
+func BenchmarkLoadTarget(b *testing.B) {
+	for range b.N {
+		o := DefaultOptions()
+		o.Store = "sqlite:" + filepath.Join(b.TempDir(), "bench.db")
+		o.Sessions, o.Messages = 1000, 1
+		o.IdleStreams = -1
+		rep, err := Run(b.Context(), o)
+		if err != nil {
+			b.Fatal(err)
+		}
+		if !rep.Verification.Complete {
+			b.Fatalf("incomplete run: %+v", rep.Errors)
+		}
+		for _, name := range []string{LatencyRunStarted, LatencyFirstDelta} {
+			l, _ := rep.Latency(name)
+			b.ReportMetric(l.P50MS, name+"-p50-ms")
+			b.ReportMetric(l.P99MS, name+"-p99-ms")
+		}
+		b.ReportMetric(rep.Events.PerSecond, "events/s")
+		b.ReportMetric(rep.Server.CPUPerEventUS, "cpu-µs/event")
+	}
+}
