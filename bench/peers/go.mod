@@ -1,0 +1,3 @@
+module github.com/reinhq/rein/bench/peers
+
+go 1.26.8
