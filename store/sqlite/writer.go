@@ -2,9 +2,9 @@ package sqlite
 
 import (
 	"context"
-	"fmt"
 	"database/sql"
 	"errors"
+	"os"
 	"runtime"
 	"sync"
 	"sync/atomic"
@@ -264,9 +264,10 @@ func (tx *wtx) fenced(key rein.SessionKey, f store.Fence) (*sessInfo, error) {
 func (s *Store) writer() {
 	defer close(s.stopped)
 	batch := make([]*op, 0, maxBatch)
-	// walFull is set when a batch failed on a full disk, until the WAL
-	// has been given back (giveBackWAL).
-	walFull := false
+	// lowSpace is set once a batch failed on a full disk: the disk may
+	// not have room for the WAL's usual growth, so from then on the
+	// writer keeps the WAL small (keepWALSmall).
+	lowSpace := false
 	for {
 		batch = batch[:0]
 		select {
@@ -290,28 +291,34 @@ func (s *Store) writer() {
 				break fill
 			}
 		}
-		if walFull {
-			walFull = !s.giveBackWAL()
+		if lowSpace {
+			s.keepWALSmall()
 		}
 		if s.runBatch(batch) {
-			walFull = true
+			lowSpace = true
 		}
 	}
 }
 
-// giveBackWAL checkpoints the whole WAL into the database file and
-// truncates it, and reports whether that worked. The WAL is checkpointed
-// only every ~40 MB (see Open) and keeps its size after a checkpoint, so
-// after a full disk it can hold tens of megabytes that no write can use
-// until then: freeing less than that would never let the store write
-// again, its WAL filling the freed space each time. The writer tries this
-// before each batch after a batch failed on a full disk, until it works
-// (it needs room for the database file to take the WAL's pages).
-func (s *Store) giveBackWAL() bool {
-	var busy, logFrames, checkpointed int
-	err := s.wconn.QueryRowContext(context.Background(), "PRAGMA wal_checkpoint(TRUNCATE)").Scan(&busy, &logFrames, &checkpointed)
-	println("H10DEBUG giveBackWAL", busy, logFrames, checkpointed, fmt.Sprint(err))
-	return err == nil && busy == 0
+// lowSpaceWAL is how large the WAL may grow once the disk has been full.
+const lowSpaceWAL = 1 << 20
+
+// keepWALSmall checkpoints the whole WAL into the database file and
+// truncates it once it is larger than lowSpaceWAL. The WAL is otherwise
+// checkpointed only every ~40 MB (see Open) and keeps its size after a
+// checkpoint: on a disk that was full, giving back less space than that
+// would never let the store write for long, the WAL filling the freed
+// space again, and once it has, the checkpoint itself finds no room for
+// the database file to take the WAL's pages. It is tried before every
+// batch after a batch failed on a full disk, for the rest of the store's
+// life: a checkpoint that fails (the disk still full) changes nothing and
+// is tried again.
+func (s *Store) keepWALSmall() {
+	if fi, err := os.Stat(s.file + "-wal"); err != nil || fi.Size() <= lowSpaceWAL {
+		return
+	}
+	var busy, frames, checkpointed int
+	_ = s.wconn.QueryRowContext(context.Background(), "PRAGMA wal_checkpoint(TRUNCATE)").Scan(&busy, &frames, &checkpointed)
 }
 
 func (s *Store) failQueued() {
