@@ -139,12 +139,23 @@ type sseReader struct {
 // reads it on a goroutine of its own until the test ends or close.
 func openSSE(t testing.TB, p *proc, sid string, after int64) *sseReader {
 	t.Helper()
+	r, err := dialSSE(p, sid, after)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(r.close)
+	return r
+}
+
+// dialSSE is openSSE without the test, for the goroutines of a load: the
+// caller closes the reader.
+func dialSSE(p *proc, sid string, after int64) (*sseReader, error) {
 	ctx, cancel := context.WithCancel(context.Background())
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet,
 		p.url+"/api/sessions/"+sid+"/events/stream?after="+strconv.FormatInt(after, 10), nil)
 	if err != nil {
 		cancel()
-		t.Fatal(err)
+		return nil, err
 	}
 	req.Header.Set("Accept", "text/event-stream")
 	hctx, hcancel := context.WithTimeout(ctx, callTimeout)
@@ -163,21 +174,20 @@ func openSSE(t testing.TB, p *proc, sid string, after int64) *sseReader {
 	case a = <-ch:
 	case <-hctx.Done():
 		cancel()
-		t.Fatalf("%s: open the event stream of %s: no answer in %v", p.name, sid, callTimeout)
+		return nil, fmt.Errorf("%s: open the event stream of %s: no answer in %v", p.name, sid, callTimeout)
 	}
 	if a.err != nil {
 		cancel()
-		t.Fatalf("%s: open the event stream of %s: %v", p.name, sid, a.err)
+		return nil, fmt.Errorf("%s: open the event stream of %s: %v", p.name, sid, a.err)
 	}
 	if a.resp.StatusCode != http.StatusOK || !strings.HasPrefix(a.resp.Header.Get("Content-Type"), "text/event-stream") {
 		a.resp.Body.Close()
 		cancel()
-		t.Fatalf("%s: event stream of %s: %d %s", p.name, sid, a.resp.StatusCode, a.resp.Header.Get("Content-Type"))
+		return nil, fmt.Errorf("%s: event stream of %s: %d %s", p.name, sid, a.resp.StatusCode, a.resp.Header.Get("Content-Type"))
 	}
 	r := &sseReader{name: p.name, after: after, cancel: cancel, grew: make(chan struct{})}
 	go r.read(a.resp)
-	t.Cleanup(r.close)
-	return r
+	return r, nil
 }
 
 func (r *sseReader) close() { r.cancel() }

@@ -22,9 +22,9 @@
 // user would.
 //
 // mcp_test.go starts `rein serve --config` with agents and a real stdio MCP
-// server (the test server of tool/mcp, built by import path) and checks SPEC
-// §10: calls of SERVER__TOOL and their results, the idempotency key of §4,
-// isError, an agent's tools allow-list, a crashed server started again at
+// server (the test server of tool/mcp, built by import path) and checks
+// docs/tools.md: calls of SERVER__TOOL and their results, the idempotency
+// key of every call (docs/api.md), isError, an agent's tools allow-list, a crashed server started again at
 // the next call, and a configuration error reported as FILE:LINE: reason.
 //
 // cluster_test.go starts two `rein serve` processes (--instance-id A and B,
@@ -36,6 +36,22 @@
 // writes nothing more. cluster_bench_test.go measures cross-instance stop
 // and stream latency against a LISTEN/NOTIFY floor, and runs per second on
 // one, two and three instances.
+//
+// load_test.go is chaos under load: many sessions at once — streamed runs,
+// queued runs, tool calls, supplements, confirmations answered or left
+// parked — while the server is killed at a random moment (TestLoadKill),
+// or one of two instances on PostgreSQL is (TestLoadClusterKill), or, in
+// pgrestart_test.go, a PostgreSQL server of the test's own crashes and
+// comes back (TestLoadPostgresRestart: the shared one is never
+// restarted). After recovery it counts, from every session's log, runs
+// and notes file, acknowledged events, runs, supplements and answers lost,
+// supplements consumed twice, tool calls run twice and runs left
+// non-terminal: each must be 0 (docs/reliability.md defines them). CI runs
+// a short version; REIN_CHAOS_SOAK=1 the long one. diskfull_test.go fills
+// the file system of an SQLite store (a small tmpfs) under load and gives
+// some space back; sse_load_test.go opens a stream that is never read and
+// 5,000 idle ones next to running sessions and measures runs, readers and
+// the server's memory.
 //
 // The package has no code of its own besides this comment: everything is in
 // its tests and their testdata.
