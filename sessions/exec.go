@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
 	"sync"
 	"time"
 
@@ -23,13 +24,17 @@ import (
 // stays CREATED until the store says the run is this instance's to run
 // (lifecycle.claimNext); only then is it started.
 type liveRun struct {
-	// id and k never change: read them without the lock.
+	// s, id and k never change: read them without the lock.
+	s  *Service
 	id string
 	k  rein.SessionKey
 
 	rec *store.RunRecord // guarded by mu
 	h   *run.Run
 	w   *writer
+	// nextLocal is the next run of the session held here (Service.local),
+	// guarded by the service's mu.
+	nextLocal *liveRun
 
 	mu      sync.Mutex
 	lease   *store.Lease
@@ -53,12 +58,30 @@ type liveRun struct {
 	stopMode    string
 	// unparked: claimed to be taken up again after it parked.
 	unparked bool
+	// idle: the run's end found its session with no queued or running run
+	// left, so its schedule need not look again when the handle goes.
+	idle bool
+	// stops are the accepted stops whose user.interrupt is still owed to
+	// the log (stoplog.go). stopWrite is held by whoever writes them: the
+	// requester's append or the run's end; stopsClosed (guarded by mu) is
+	// set once the run's Finish is over, and stopsOver (made with the first
+	// note) closed then.
+	stops       []*stopNote
+	stopsClosed bool
+	stopsOver   chan struct{}
+	stopWrite   sync.Mutex
 	// link is the span of the request that admitted the run (invalid when
 	// it was not admitted here); span is the run's own while it executes
 	// here (nil: tracing off), traceID its trace id for log lines.
 	link    trace.SpanContext
 	span    trace.Span
 	traceID string
+
+	// The run's agent.Turn and what it binds, made with the run rather
+	// than each on its own.
+	turn agent.Turn
+	jr   journal
+	conf confirmer
 }
 
 func (lr *liveRun) key() rein.SessionKey { return lr.k }
@@ -92,14 +115,16 @@ func (s *Service) trackAdmitted(ctx context.Context, a admission, req MessageReq
 }
 
 func (s *Service) hold(rec *store.RunRecord, link trace.SpanContext) (*liveRun, error) {
-	lr := &liveRun{id: rec.ID, k: rec.Key(), rec: rec, w: newWriter(s.st, rec.Key(), s.cfg.Observer.EventsAppended), link: link}
-	h, err := s.engine.Prepare(func(ctx context.Context, c *run.Control) run.Outcome {
-		return s.execute(ctx, c, lr)
-	}, run.Options{
+	lr := &liveRun{s: s, id: rec.ID, k: rec.Key(), rec: rec, w: newWriter(s.st, rec.Key(), s.cfg.Observer.EventsAppended), link: link}
+	lr.jr = journal{s: s, lr: lr}
+	lr.conf = confirmer{s: s, lr: lr}
+	h, err := s.engine.Prepare(executeLive, run.Options{
 		ID:       rec.ID,
 		Session:  rec.Key(),
 		Deadline: rec.Deadline,
-		Finish:   func(_ *run.Run, res run.Result) { s.finish(lr, res) },
+		Finish:   finishLive,
+		Terminal: terminalLive,
+		Value:    lr,
 	})
 	if err != nil {
 		return nil, err
@@ -120,22 +145,45 @@ func (s *Service) hold(rec *store.RunRecord, link trace.SpanContext) (*liveRun, 
 		return nil, fmt.Errorf("sessions: run %s is already held", rec.ID)
 	}
 	s.live[rec.ID] = lr
-	byKey := s.local[rec.Key()]
-	if byKey == nil {
-		byKey = map[string]*liveRun{}
-		s.local[rec.Key()] = byKey
-	}
-	byKey[rec.ID] = lr
+	lr.nextLocal = s.local[rec.Key()]
+	s.local[rec.Key()] = lr
 	s.mu.Unlock()
 	if err := s.registry.Register(h); err != nil {
 		s.untrack(lr)
 		return nil, err
 	}
-	h.OnTerminal(func(*run.Run) {
-		s.untrack(lr)
-		s.kick(lr.key())
-	})
 	return lr, nil
+}
+
+// executeLive, finishLive and terminalLive are the Func and the hooks of
+// every handle held here — one of each for all runs, not closures per run:
+// the handle's Value is its liveRun.
+func executeLive(ctx context.Context, c *run.Control) run.Outcome {
+	lr := c.Run().Value().(*liveRun)
+	return lr.s.execute(ctx, c, lr)
+}
+
+func finishLive(h *run.Run, res run.Result) {
+	lr := h.Value().(*liveRun)
+	lr.s.finish(lr, res)
+}
+
+// terminalLive lets go of a handle that turned terminal and wakes its
+// session's schedule — unless the run's end saw nothing left to schedule
+// and nothing of the session is held here: then a look would find the
+// session idle (whatever is admitted later is claimed, or kicked, by its
+// own admission).
+func terminalLive(h *run.Run) {
+	lr := h.Value().(*liveRun)
+	s := lr.s
+	s.untrack(lr)
+	lr.mu.Lock()
+	idle := lr.idle
+	lr.mu.Unlock()
+	if idle && !s.holdsWork(lr.key()) {
+		return
+	}
+	s.kick(lr.key())
 }
 
 func (s *Service) untrack(lr *liveRun) {
@@ -144,11 +192,22 @@ func (s *Service) untrack(lr *liveRun) {
 	if s.live[lr.id] == lr {
 		delete(s.live, lr.id)
 	}
-	if byKey := s.local[lr.key()]; byKey != nil && byKey[lr.id] == lr {
-		delete(byKey, lr.id)
-		if len(byKey) == 0 {
-			delete(s.local, lr.key())
+	key := lr.key()
+	var prev *liveRun
+	for cur := s.local[key]; cur != nil; prev, cur = cur, cur.nextLocal {
+		if cur != lr {
+			continue
 		}
+		switch {
+		case prev != nil:
+			prev.nextLocal = cur.nextLocal
+		case cur.nextLocal != nil:
+			s.local[key] = cur.nextLocal
+		default:
+			delete(s.local, key)
+		}
+		cur.nextLocal = nil
+		return
 	}
 }
 
@@ -168,6 +227,13 @@ func (s *Service) localState(runID string) (held, executing bool) {
 	lr.mu.Lock()
 	defer lr.mu.Unlock()
 	return true, lr.started
+}
+
+// executesHere reports whether this instance executes the run (claimNext's
+// executor).
+func (s *Service) executesHere(runID string) bool {
+	_, executing := s.localState(runID)
+	return executing
 }
 
 // startClaimed starts the handle of a run this instance just claimed.
@@ -238,7 +304,7 @@ func (s *Service) endClaimedUnstarted(c claim) {
 	s.mu.Unlock()
 	es := stoppedBeforeStart(c.rec.ID, mode, reason)
 	reason = es.reason
-	ended, err := s.life.end(ctx, c.rec.Key(), c.lease.Fence(), c.rec.ID, true, es)
+	ended, _, err := s.life.end(ctx, c.rec.Key(), c.lease.Fence(), c.rec.ID, true, es)
 	if err != nil {
 		s.log.Error("record end of a run stopped as it was claimed", "session", c.rec.Key().String(), "run", c.rec.ID, "err", err)
 		return
@@ -299,22 +365,23 @@ func (s *Service) execute(ctx context.Context, c *run.Control, lr *liveRun) run.
 			tools = tools.Filter(sess.Subagent.ToolFilter)
 		}
 	}
-	turn := &agent.Turn{
+	// The handle executes once, so its liveRun holds the one Turn.
+	lr.turn = agent.Turn{
 		Tools:      tools,
 		Session:    key,
 		RunID:      rec.ID,
 		Input:      rec.Input,
 		System:     system,
 		Workspace:  s.workspace(key),
-		Journal:    &journal{s: s, lr: lr},
+		Journal:    &lr.jr,
 		Events:     lr.w,
-		Confirm:    &confirmer{s: s, lr: lr},
+		Confirm:    &lr.conf,
 		Park:       true,
-		ParkOnStop: s.draining.Load,
+		ParkOnStop: s.parkOnStop,
 		Attempt:    attempt,
 		Observer:   s.probe,
 	}
-	return ag.Loop.Run(ctx, c, turn)
+	return ag.Loop.Run(ctx, c, &lr.turn)
 }
 
 // finish is the handle's Finish: it records the run's end in the store (one
@@ -326,6 +393,8 @@ func (s *Service) finish(lr *liveRun, res run.Result) {
 		lr.expiry.Stop()
 	}
 	lr.mu.Unlock()
+	// Stops whose own append failed are logged by the end below, if any.
+	defer lr.closeStops()
 	// Whatever path below ends the run's span, none is left open.
 	defer lr.endSpan(func(span trace.Span) { spans.EndRun(span, res.Status, res.Reason, errorText(res.Err)) })
 	switch {
@@ -348,7 +417,7 @@ func (s *Service) finish(lr *liveRun, res run.Result) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	if ended, err := s.life.end(ctx, lr.key(), store.Fence{}, lr.id, false, endState{reason: res.Reason}); err != nil {
+	if ended, err := s.endRun(ctx, lr, store.Fence{}, false, endState{reason: res.Reason}); err != nil {
 		s.log.Error("record end of queued run", "session", lr.key().String(), "run", lr.id, "err", err)
 	} else if ended != nil {
 		s.logEnd(ended, "")
@@ -413,7 +482,7 @@ func (s *Service) finishClaimed(lr *liveRun, res run.Result) {
 		// Only a completed run has a final reply.
 		es.evs = withoutReply(es.evs)
 	}
-	if ended, err := s.life.end(ctx, key, fence, lr.id, true, es); err != nil {
+	if ended, err := s.endRun(ctx, lr, fence, true, es); err != nil {
 		// The run stays RUNNING in the store; once its lease expires it is
 		// recovered (resumed from its last saved step).
 		s.log.Error("record run end", "session", key.String(), "run", lr.id, "err", err)
@@ -426,7 +495,7 @@ func (s *Service) finishClaimed(lr *liveRun, res run.Result) {
 		s.logEnd(ended, traceID)
 		s.releasedTurn(key)
 		var reply *string
-		if res.Reason.HasReply() {
+		if res.Reason.HasReply() && s.cfg.OnRunEnd != nil {
 			r := res.Reply
 			reply = &r
 		}
@@ -531,22 +600,32 @@ func (s *Service) pumpRetry() time.Duration { return s.cfg.LeaseTTL / 3 }
 
 func (s *Service) runPump(key rein.SessionKey, p *pump) {
 	defer s.wg.Done()
+	failures := 0 // consecutive failed schedule reads
 	for {
 		if s.draining.Load() || s.ctx.Err() != nil {
 			s.dropPump(key, p, true)
 			return
 		}
-		c, err := s.life.claimNext(s.ctx, key, s.waiting(key), func(runID string) bool {
-			_, executing := s.localState(runID)
-			return executing
-		}, s.isAdmitting(key))
+		c, err := s.life.claimNext(s.ctx, key, s.waiting(key), s, s.isAdmitting(key))
 		wait := c.wait
 		if err != nil {
+			// Said once per outage of the session's schedule, not at every
+			// retry: a store that is down for a minute would otherwise
+			// flood the log with one line per session every retry.
 			if s.ctx.Err() == nil {
-				s.log.Warn("schedule session", "session", key.String(), "err", err)
+				if failures == 0 {
+					s.log.Warn("schedule session: the store failed; retrying", "session", key.String(), "retry_every", s.pumpRetry(), "err", err)
+				} else {
+					s.log.Debug("schedule session: the store failed again", "session", key.String(), "failures", failures+1, "err", err)
+				}
 			}
+			failures++
 			wait = s.pumpRetry()
 		} else {
+			if failures > 0 {
+				s.log.Info("schedule session: the store answers again", "session", key.String(), "failures", failures)
+				failures = 0
+			}
 			s.observeClaim(key, c)
 		}
 		for _, id := range c.ended {
@@ -592,19 +671,20 @@ func (s *Service) runPump(key rein.SessionKey, p *pump) {
 	}
 }
 
-// admitting marks an admission in flight on key until the returned
-// function is called.
-func (s *Service) admitting(key rein.SessionKey) func() {
+// admitting marks an admission in flight on key until admitted(key).
+func (s *Service) admitting(key rein.SessionKey) {
 	s.mu.Lock()
 	s.admits[key]++
 	s.mu.Unlock()
-	return func() {
-		s.mu.Lock()
-		if s.admits[key]--; s.admits[key] == 0 {
-			delete(s.admits, key)
-		}
-		s.mu.Unlock()
+}
+
+// admitDone ends what admitting(key) began.
+func (s *Service) admitDone(key rein.SessionKey) {
+	s.mu.Lock()
+	if s.admits[key]--; s.admits[key] == 0 {
+		delete(s.admits, key)
 	}
+	s.mu.Unlock()
 }
 
 func (s *Service) isAdmitting(key rein.SessionKey) bool {
@@ -635,8 +715,8 @@ func (s *Service) runEndedInStore(key rein.SessionKey, runID string) {
 // waiting returns the runs of the session held here and not started.
 func (s *Service) waiting(key rein.SessionKey) []string {
 	s.mu.Lock()
-	lrs := make([]*liveRun, 0, len(s.local[key]))
-	for _, lr := range s.local[key] {
+	var lrs []*liveRun
+	for lr := s.local[key]; lr != nil; lr = lr.nextLocal {
 		lrs = append(lrs, lr)
 	}
 	s.mu.Unlock()
@@ -658,7 +738,7 @@ func (s *Service) waiting(key rein.SessionKey) []string {
 func (s *Service) holdsWork(key rein.SessionKey) bool {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	return len(s.local[key]) > 0
+	return s.local[key] != nil
 }
 
 // dropPump removes p unless a wake is pending (force: regardless); it
@@ -752,7 +832,7 @@ type journal struct {
 }
 
 func (j *journal) Load(ctx context.Context) ([]rein.Message, error) {
-	return j.s.loadTranscript(ctx, j.lr.key())
+	return j.s.loadTranscript(ctx, j.lr.key(), j.lr.id)
 }
 
 func (j *journal) SaveInput(ctx context.Context, m rein.Message) error {
@@ -797,8 +877,20 @@ func (j *journal) SaveResult(ctx context.Context, res rein.Message) error {
 
 func (j *journal) Finish(_ context.Context, msgs []rein.Message, evs []rein.Event) error {
 	j.lr.mu.Lock()
-	j.lr.closingMsgs = append(j.lr.closingMsgs, msgs...)
-	j.lr.closingEvs = append(j.lr.closingEvs, evs...)
+	if j.lr.closingMsgs == nil {
+		// Finish is the loop's last call: what it hands over is not
+		// touched again, and is kept as it is.
+		j.lr.closingMsgs = msgs
+	} else {
+		j.lr.closingMsgs = append(j.lr.closingMsgs, msgs...)
+	}
+	switch {
+	case j.lr.closingEvs == nil && cap(evs) > len(evs):
+		// Room already for the session.run_completed the end appends.
+		j.lr.closingEvs = evs
+	default:
+		j.lr.closingEvs = append(slices.Grow(j.lr.closingEvs, len(evs)+1), evs...)
+	}
 	j.lr.mu.Unlock()
 	return nil
 }
@@ -812,12 +904,17 @@ func (j *journal) before(ctx context.Context) (store.Fence, error) {
 	return j.lr.fence()
 }
 
-// loadTranscript is the session's history as the next model request sees
-// it: the turns of rolled-back runs are left out.
-func (s *Service) loadTranscript(ctx context.Context, key rein.SessionKey) ([]rein.Message, error) {
+// loadTranscript is the session's history as the next model request of
+// run self sees it: the turns of rolled-back runs are left out.
+func (s *Service) loadTranscript(ctx context.Context, key rein.SessionKey, self string) ([]rein.Message, error) {
 	hist, err := s.st.LoadHistory(ctx, key)
 	if err != nil {
 		return nil, err
+	}
+	if !slices.ContainsFunc(hist, func(m rein.Message) bool { return m.RunID != "" && m.RunID != self }) {
+		// No other run's turn to leave out (a session's first run): the
+		// runs need not be read.
+		return hist, nil
 	}
 	runs, err := s.st.ListRuns(ctx, key)
 	if err != nil {
