@@ -61,6 +61,7 @@ func jsonEq(t *testing.T, got, want string) {
 }
 
 func TestRequestsOnTheWire(t *testing.T) {
+	t.Parallel()
 	runID, msg := "run_9", "stop it"
 	sys := "be brief"
 	tests := []struct {
@@ -180,6 +181,7 @@ func TestRequestsOnTheWire(t *testing.T) {
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
 			rec, c := newRecorder(t, 200, tc.answer, WithToken("tok"))
 			if err := tc.call(c); err != nil {
 				t.Fatal(err)
@@ -205,6 +207,7 @@ func TestRequestsOnTheWire(t *testing.T) {
 }
 
 func TestNoTokenNoAuthorizationHeader(t *testing.T) {
+	t.Parallel()
 	rec, c := newRecorder(t, 200, `{"sessions":null}`)
 	ss, err := c.ListSessions(t.Context())
 	if err != nil {
@@ -219,6 +222,7 @@ func TestNoTokenNoAuthorizationHeader(t *testing.T) {
 }
 
 func TestDecodesAnswers(t *testing.T) {
+	t.Parallel()
 	_, c := newRecorder(t, 200, `{"id":"ses_1","created_at":"2025-01-01T00:00:00.5Z","metadata":{"k":"v"},"parent_session_id":null,"state":"busy","current_run_id":"run_1","queued_run_ids":["run_2","run_3"],"last_seq":42}`)
 	s, err := c.GetSession(t.Context(), "ses_1")
 	if err != nil {
@@ -242,6 +246,7 @@ func TestDecodesAnswers(t *testing.T) {
 }
 
 func TestErrors(t *testing.T) {
+	t.Parallel()
 	tests := []struct {
 		name    string
 		status  int
@@ -263,6 +268,7 @@ func TestErrors(t *testing.T) {
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
 			rec, c := newRecorder(t, tc.status, tc.body)
 			rec.ctype = tc.ctype
 			_, err := c.SendMessage(t.Context(), "s", Message{Text: "x"})
@@ -288,6 +294,7 @@ func TestErrors(t *testing.T) {
 }
 
 func TestPostEventsReturnsPartialResults(t *testing.T) {
+	t.Parallel()
 	_, c := newRecorder(t, 409, `{"error":{"code":"session_busy","message":"busy","run_id":"run_1"},"results":[{"supplement_id":"sup_1","status":"queued"}]}`)
 	res, err := c.PostEvents(t.Context(), "s", []EventInput{
 		{Type: rein.EventUserSupplement, Payload: Supplement{Text: "a"}},
@@ -302,6 +309,7 @@ func TestPostEventsReturnsPartialResults(t *testing.T) {
 }
 
 func TestPostEventsSendsEmptyPayloadForNil(t *testing.T) {
+	t.Parallel()
 	rec, c := newRecorder(t, 200, `{"results":[{"accepted":false,"run_id":null}]}`)
 	if _, err := c.PostEvents(t.Context(), "s", []EventInput{{Type: rein.EventUserInterrupt}}); err != nil {
 		t.Fatal(err)
@@ -310,6 +318,7 @@ func TestPostEventsSendsEmptyPayloadForNil(t *testing.T) {
 }
 
 func TestHealthAndReady(t *testing.T) {
+	t.Parallel()
 	_, c := newRecorder(t, 200, `ok`)
 	if err := c.Health(t.Context()); err != nil {
 		t.Fatal(err)
@@ -321,6 +330,7 @@ func TestHealthAndReady(t *testing.T) {
 }
 
 func TestBadBaseURL(t *testing.T) {
+	t.Parallel()
 	if _, err := New("://nope").ListSessions(t.Context()); err == nil {
 		t.Fatal("a malformed base URL did not fail")
 	}

@@ -150,6 +150,7 @@ func (p *cutProxy) cutCount() int {
 // resumes each time with Last-Event-ID, and what it yields is exactly the
 // log as GET /events reads it: no gap, no duplicate.
 func TestE2EStreamReconnectsMidRun(t *testing.T) {
+	t.Parallel()
 	s := newStack(t, nil)
 	c := s.client("")
 	sid := newSession(t, c)

@@ -207,6 +207,7 @@ func sameEvents(t *testing.T, got, want []rein.Event) {
 }
 
 func TestE2EHealthAndReady(t *testing.T) {
+	t.Parallel()
 	s := newStack(t, map[string]string{"tok": "alice"})
 	c := s.client("") // the probes need no token
 	if err := c.Health(ctxT(t)); err != nil {
@@ -218,6 +219,7 @@ func TestE2EHealthAndReady(t *testing.T) {
 }
 
 func TestE2ESessionsAndRuns(t *testing.T) {
+	t.Parallel()
 	s := newStack(t, nil)
 	c := s.client("")
 	ctx := ctxT(t)
@@ -285,6 +287,7 @@ func TestE2ESessionsAndRuns(t *testing.T) {
 // TestE2EEventTable exercises every row of docs/api.md's submitted-event table
 // through the client's typed helpers, and checks the events each one logs.
 func TestE2EEventTable(t *testing.T) {
+	t.Parallel()
 	s := newStack(t, nil)
 	c := s.client("")
 	ctx := ctxT(t)
@@ -428,6 +431,7 @@ func TestE2EEventTable(t *testing.T) {
 // without starting; A keeps running, C keeps its place; a second stop of
 // B is not accepted.
 func TestE2EStopQueuedRun(t *testing.T) {
+	t.Parallel()
 	s := newStack(t, nil)
 	c := s.client("")
 	ctx := ctxT(t)
@@ -489,6 +493,7 @@ func TestE2EStopQueuedRun(t *testing.T) {
 // TestE2EStaleStop: a stop naming a finished run is not accepted and does
 // not touch the run that is current now.
 func TestE2EStaleStop(t *testing.T) {
+	t.Parallel()
 	s := newStack(t, nil)
 	c := s.client("")
 	sid := newSession(t, c)
@@ -534,6 +539,7 @@ func TestE2EStaleStop(t *testing.T) {
 // TestE2ESessionLevelInterrupt: without a run id the stop hits the running
 // run only; queued runs are untouched.
 func TestE2ESessionLevelInterrupt(t *testing.T) {
+	t.Parallel()
 	s := newStack(t, nil)
 	c := s.client("")
 	ctx := ctxT(t)
@@ -564,6 +570,7 @@ func TestE2ESessionLevelInterrupt(t *testing.T) {
 // TestE2EWhenBusyInterrupt: the current run is interrupted and the new one
 // runs next, ahead of runs already queued, which keep their order.
 func TestE2EWhenBusyInterrupt(t *testing.T) {
+	t.Parallel()
 	s := newStack(t, nil)
 	c := s.client("")
 	sid := newSession(t, c)
@@ -593,6 +600,7 @@ func TestE2EWhenBusyInterrupt(t *testing.T) {
 // completion says rolled back; the new run runs next, ahead of runs
 // already queued.
 func TestE2EWhenBusyRollback(t *testing.T) {
+	t.Parallel()
 	s := newStack(t, nil)
 	c := s.client("")
 	sid := newSession(t, c)
@@ -620,6 +628,7 @@ func TestE2EWhenBusyRollback(t *testing.T) {
 // TestE2EClientIDRepeat: a repeat answers the first run and starts nothing,
 // while it runs and after it ended.
 func TestE2EClientIDRepeat(t *testing.T) {
+	t.Parallel()
 	s := newStack(t, nil)
 	c := s.client("")
 	sid := newSession(t, c)
@@ -653,6 +662,7 @@ func TestE2EClientIDRepeat(t *testing.T) {
 }
 
 func TestE2EErrorsAndBatches(t *testing.T) {
+	t.Parallel()
 	s := newStack(t, nil)
 	c := s.client("")
 	ctx := ctxT(t)
@@ -715,6 +725,7 @@ func TestE2EErrorsAndBatches(t *testing.T) {
 // from a missing one on every route, the event stream included; a missing
 // or wrong token is unauthenticated.
 func TestE2EOwnerIsolation(t *testing.T) {
+	t.Parallel()
 	s := newStack(t, map[string]string{"tok-alice": "alice", "tok-bob": "bob"})
 	alice, bob := s.client("tok-alice"), s.client("tok-bob")
 	ctx := ctxT(t)

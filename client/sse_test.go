@@ -24,6 +24,7 @@ func parseAll(src string, wrap func(io.Reader) io.Reader) ([]frame, time.Duratio
 }
 
 func TestParserFraming(t *testing.T) {
+	t.Parallel()
 	long := strings.Repeat("x", 100<<10) // longer than the read buffer
 	tests := []struct {
 		name  string
@@ -130,6 +131,7 @@ func TestParserFraming(t *testing.T) {
 	for _, tc := range tests {
 		for rname, wrap := range readers {
 			t.Run(tc.name+"/"+rname, func(t *testing.T) {
+				t.Parallel()
 				got, retry, err := parseAll(tc.in, wrap)
 				if !errors.Is(err, io.EOF) {
 					t.Fatalf("ended with %v, want EOF", err)
@@ -153,6 +155,7 @@ func TestParserFraming(t *testing.T) {
 // A frame ended by a lone CR must be dispatched at once, without waiting
 // for a byte that might be the LF of a CRLF.
 func TestParserLoneCRDoesNotWaitForMore(t *testing.T) {
+	t.Parallel()
 	pr, pw := io.Pipe()
 	defer pr.Close()
 	p := newSSEParser(pr, nil)
@@ -181,6 +184,7 @@ func TestParserLoneCRDoesNotWaitForMore(t *testing.T) {
 }
 
 func TestParserLineTooLong(t *testing.T) {
+	t.Parallel()
 	p := newSSEParser(strings.NewReader("data: "+strings.Repeat("x", 1000)+"\n\n"), nil)
 	p.maxLine = 100
 	if _, err := p.next(); !errors.Is(err, errLineTooLong) {
@@ -189,6 +193,7 @@ func TestParserLineTooLong(t *testing.T) {
 }
 
 func TestParserReportsActivityForComments(t *testing.T) {
+	t.Parallel()
 	n := 0
 	p := newSSEParser(strings.NewReader(": keepalive\n: keepalive\n"), func() { n++ })
 	if _, err := p.next(); !errors.Is(err, io.EOF) {

@@ -203,6 +203,7 @@ func readN(t *testing.T, s *EventStream, after int64, n int, want []rein.Event) 
 }
 
 func TestStreamResumesWithLastEventIDAfterDrops(t *testing.T) {
+	t.Parallel()
 	f := &fakeSSE{sid: "ses_1", events: newFakeLog("ses_1", 20), plan: func(k int) connPlan {
 		if k < 6 {
 			return connPlan{max: 3}
@@ -232,6 +233,7 @@ func TestStreamResumesWithLastEventIDAfterDrops(t *testing.T) {
 }
 
 func TestStreamStartsAfterCursor(t *testing.T) {
+	t.Parallel()
 	f := &fakeSSE{sid: "ses_1", events: newFakeLog("ses_1", 10), plan: func(int) connPlan { return connPlan{max: -1} }}
 	s := startFake(t, f).Stream(t.Context(), "ses_1", 6)
 	defer s.Close()
@@ -245,6 +247,7 @@ func TestStreamStartsAfterCursor(t *testing.T) {
 }
 
 func TestStreamDiscardsAFrameCutByTheDrop(t *testing.T) {
+	t.Parallel()
 	f := &fakeSSE{sid: "s", events: newFakeLog("s", 6), plan: func(k int) connPlan {
 		if k == 0 {
 			return connPlan{max: 2, partial: true}
@@ -260,6 +263,7 @@ func TestStreamDiscardsAFrameCutByTheDrop(t *testing.T) {
 }
 
 func TestStreamDropsDuplicatesAcrossTheSeam(t *testing.T) {
+	t.Parallel()
 	f := &fakeSSE{sid: "s", events: newFakeLog("s", 12), plan: func(k int) connPlan {
 		if k < 3 {
 			return connPlan{max: 4, rewind: 3}
@@ -272,6 +276,7 @@ func TestStreamDropsDuplicatesAcrossTheSeam(t *testing.T) {
 }
 
 func TestStreamFillsAHoleFromTheLog(t *testing.T) {
+	t.Parallel()
 	f := &fakeSSE{sid: "s", events: newFakeLog("s", 8), plan: func(int) connPlan {
 		return connPlan{max: -1, skip: map[int64]bool{3: true, 4: true, 7: true}}
 	}}
@@ -290,6 +295,7 @@ func TestStreamFillsAHoleFromTheLog(t *testing.T) {
 }
 
 func TestStreamTerminalErrors(t *testing.T) {
+	t.Parallel()
 	tests := []struct {
 		status int
 		code   rein.Code
@@ -301,6 +307,7 @@ func TestStreamTerminalErrors(t *testing.T) {
 	}
 	for _, tc := range tests {
 		t.Run(strconv.Itoa(tc.status), func(t *testing.T) {
+			t.Parallel()
 			f := &fakeSSE{sid: "s", events: newFakeLog("s", 3), plan: func(int) connPlan { return connPlan{status: tc.status, code: tc.code} }}
 			s := startFake(t, f).Stream(t.Context(), "s", 0)
 			defer s.Close()
@@ -323,6 +330,7 @@ func TestStreamTerminalErrors(t *testing.T) {
 }
 
 func TestStreamRetriesServerErrors(t *testing.T) {
+	t.Parallel()
 	f := &fakeSSE{sid: "s", events: newFakeLog("s", 3), plan: func(k int) connPlan {
 		switch k {
 		case 0:
@@ -343,6 +351,7 @@ func TestStreamRetriesServerErrors(t *testing.T) {
 }
 
 func TestStreamRejectsANonEventStream(t *testing.T) {
+	t.Parallel()
 	f := &fakeSSE{sid: "s", events: newFakeLog("s", 3), plan: func(int) connPlan { return connPlan{max: -1, contentType: "text/html"} }}
 	s := startFake(t, f).Stream(t.Context(), "s", 0)
 	defer s.Close()
@@ -355,6 +364,7 @@ func TestStreamRejectsANonEventStream(t *testing.T) {
 }
 
 func TestStreamReconnectsASilentConnection(t *testing.T) {
+	t.Parallel()
 	f := &fakeSSE{sid: "s", events: newFakeLog("s", 3), plan: func(k int) connPlan {
 		if k == 0 {
 			return connPlan{silent: true}
@@ -370,6 +380,7 @@ func TestStreamReconnectsASilentConnection(t *testing.T) {
 }
 
 func TestStreamCloseUnblocksNext(t *testing.T) {
+	t.Parallel()
 	f := &fakeSSE{sid: "s", events: newFakeLog("s", 2), plan: func(int) connPlan { return connPlan{max: -1} }, connected: make(chan int, 1)}
 	s := startFake(t, f).Stream(t.Context(), "s", 0)
 	readN(t, s, 0, 2, f.events)
@@ -387,6 +398,7 @@ func TestStreamCloseUnblocksNext(t *testing.T) {
 }
 
 func TestStreamContextCancelEndsBackoff(t *testing.T) {
+	t.Parallel()
 	f := &fakeSSE{sid: "s", events: newFakeLog("s", 1), plan: func(int) connPlan {
 		return connPlan{status: http.StatusServiceUnavailable, code: rein.CodeUnavailable}
 	}, connected: make(chan int, 1)}
@@ -408,6 +420,7 @@ func TestStreamContextCancelEndsBackoff(t *testing.T) {
 }
 
 func TestStreamAllIterates(t *testing.T) {
+	t.Parallel()
 	f := &fakeSSE{sid: "s", events: newFakeLog("s", 5), plan: func(k int) connPlan {
 		if k == 0 {
 			return connPlan{max: 2}
@@ -440,6 +453,7 @@ func TestStreamAllIterates(t *testing.T) {
 }
 
 func TestStreamBackoffIsBoundedAndJittered(t *testing.T) {
+	t.Parallel()
 	c := New("http://x", WithBackoff(Backoff{Initial: 100 * time.Millisecond, Max: time.Second}))
 	s := c.Stream(t.Context(), "s", 0)
 	defer s.Close()

@@ -12,6 +12,7 @@ import (
 )
 
 func TestSessions(t *testing.T) {
+	t.Parallel()
 	s := newStack(t, options{})
 	empty := s.must(200, "GET", "/api/sessions", "", nil)
 	if got := string(mustJSON(t, empty["sessions"])); got != "[]" {
@@ -78,6 +79,7 @@ func TestSessions(t *testing.T) {
 }
 
 func TestMessageLifecycle(t *testing.T) {
+	t.Parallel()
 	s := newStack(t, options{})
 	sid := s.createSession("")
 	res := s.send("", sid, "hello", nil)
@@ -132,6 +134,7 @@ func TestMessageLifecycle(t *testing.T) {
 // (cancelled, without ever starting), A keeps running, C keeps its place
 // and runs after A.
 func TestStopQueuedRun(t *testing.T) {
+	t.Parallel()
 	s := newStack(t, options{})
 	sid := s.createSession("")
 	a := s.send("", sid, "long A", nil)["run_id"].(string)
@@ -198,6 +201,7 @@ func TestStopQueuedRun(t *testing.T) {
 // and never reaches the session's current run; a second stop of the same
 // run is not accepted either.
 func TestStaleAndRepeatedStops(t *testing.T) {
+	t.Parallel()
 	s := newStack(t, options{})
 	sid := s.createSession("")
 	old := s.send("", sid, "quick", nil)["run_id"].(string)
@@ -243,6 +247,7 @@ func TestStaleAndRepeatedStops(t *testing.T) {
 // TestInvalidRunID: run_id present but "", null or not a string is a 400
 // naming the field, and nothing of the batch is applied.
 func TestInvalidRunID(t *testing.T) {
+	t.Parallel()
 	s := newStack(t, options{})
 	sid := s.createSession("")
 	for _, bad := range []string{`""`, `null`, `5`, `{}`, `true`} {
@@ -263,6 +268,7 @@ func TestInvalidRunID(t *testing.T) {
 // TestSessionLevelInterrupt: without run_id the session's current run is
 // stopped, with the mode asked for; queued runs are untouched.
 func TestSessionLevelInterrupt(t *testing.T) {
+	t.Parallel()
 	s := newStack(t, options{})
 	sid := s.createSession("")
 
@@ -307,6 +313,7 @@ func TestSessionLevelInterrupt(t *testing.T) {
 // TestWhenBusyInterrupt: the current run is interrupted and the new one
 // runs next, ahead of runs already queued; of two, the newest runs first.
 func TestWhenBusyInterrupt(t *testing.T) {
+	t.Parallel()
 	s := newStack(t, options{})
 	sid := s.createSession("")
 	a := s.send("", sid, "long A", nil)["run_id"].(string)
@@ -337,6 +344,7 @@ func TestWhenBusyInterrupt(t *testing.T) {
 // rolled back; its events stay in the log but its turn is in no later
 // model request; the new run runs next, ahead of runs already queued.
 func TestWhenBusyRollback(t *testing.T) {
+	t.Parallel()
 	s := newStack(t, options{})
 	sid := s.createSession("")
 	a := s.send("", sid, "long A", nil)["run_id"].(string)
@@ -382,6 +390,7 @@ func TestWhenBusyRollback(t *testing.T) {
 }
 
 func TestClientIDRepeat(t *testing.T) {
+	t.Parallel()
 	s := newStack(t, options{})
 	sid := s.createSession("")
 	first := s.send("", sid, "long first", map[string]any{"client_id": "k1"})
@@ -408,6 +417,7 @@ func TestClientIDRepeat(t *testing.T) {
 }
 
 func TestSupplement(t *testing.T) {
+	t.Parallel()
 	s := newStack(t, options{})
 	sid := s.createSession("")
 	res := s.results("", sid,
@@ -454,6 +464,7 @@ func TestSupplement(t *testing.T) {
 }
 
 func TestToolConfirmation(t *testing.T) {
+	t.Parallel()
 	s := newStack(t, options{})
 	sid := s.createSession("")
 
@@ -502,6 +513,7 @@ func TestToolConfirmation(t *testing.T) {
 }
 
 func TestSystemMessage(t *testing.T) {
+	t.Parallel()
 	s := newStack(t, options{})
 	sid := s.createSession("")
 	res := s.results("", sid, ev("system.message", map[string]any{"text": "you are terse"}))
@@ -524,6 +536,7 @@ func TestSystemMessage(t *testing.T) {
 // and reported in "results"; the failing one decides the status; the rest
 // are not applied.
 func TestBatchStopsAtFirstFailure(t *testing.T) {
+	t.Parallel()
 	s := newStack(t, options{})
 	sid := s.createSession("")
 	a := s.send("", sid, "long A", nil)["run_id"].(string)
@@ -561,6 +574,7 @@ func TestBatchStopsAtFirstFailure(t *testing.T) {
 // TestValidation: every malformed request gets the right 4xx with a JSON
 // error naming the field, never a 500, and applies nothing.
 func TestValidation(t *testing.T) {
+	t.Parallel()
 	s := newStack(t, options{})
 	sid := s.createSession("")
 	msg := func(p string) string { return `{"events":[{"type":"user.message","payload":` + p + `}]}` }
@@ -642,6 +656,7 @@ type readerOnly struct{ r *strings.Reader }
 func (r readerOnly) Read(p []byte) (int, error) { return r.r.Read(p) }
 
 func TestReadEvents(t *testing.T) {
+	t.Parallel()
 	s := newStack(t, options{})
 	sid := s.createSession("")
 	var batch []map[string]any
@@ -679,6 +694,7 @@ func TestReadEvents(t *testing.T) {
 }
 
 func TestNotFoundAndMethodNotAllowed(t *testing.T) {
+	t.Parallel()
 	s := newStack(t, options{})
 	r := s.do("GET", "/api/nothing/here", "", nil)
 	if r.status != 404 || r.errorCode(t) != "not_found" {
@@ -698,6 +714,7 @@ func TestNotFoundAndMethodNotAllowed(t *testing.T) {
 }
 
 func TestHealthReadyMetrics(t *testing.T) {
+	t.Parallel()
 	s := newStack(t, options{tokens: map[string]string{"tok": "alice"}})
 	// Operations need no token, even with tokens configured.
 	if r := s.do("GET", "/healthz", "", nil); r.status != 200 {
@@ -749,6 +766,7 @@ func TestHealthReadyMetrics(t *testing.T) {
 // TestDrainingAnswers: once the service drains, admission answers 503
 // unavailable and /readyz fails, while reads keep working.
 func TestDrainingAnswers(t *testing.T) {
+	t.Parallel()
 	s := newStack(t, options{})
 	sid := s.createSession("")
 	if err := s.svc.Drain(t.Context(), time.Second); err != nil {
@@ -793,6 +811,7 @@ func mustJSON(t testing.TB, v any) []byte {
 // TestSubagents: GET .../subagents lists direct children only, oldest
 // first, with their live state; a child is an ordinary session over HTTP.
 func TestSubagents(t *testing.T) {
+	t.Parallel()
 	s := newStack(t, options{tokens: map[string]string{"tok": "alice", "tok-b": "bob"}})
 	parent := s.createSession("tok")
 	if got := s.must(200, "GET", "/api/sessions/"+parent+"/subagents", "tok", nil); string(mustJSON(t, got["subagents"])) != "[]" {

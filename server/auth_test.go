@@ -14,6 +14,7 @@ import (
 // token}. Another owner's session is answered exactly like a missing one;
 // no token or a bad one is 401; nothing of the owner's session changes.
 func TestOwnerIsolation(t *testing.T) {
+	t.Parallel()
 	s := newStack(t, options{tokens: map[string]string{"tok-alice": "alice", "tok-bob": "bob"}})
 	sid := s.createSession("tok-alice")
 	runID := s.send("tok-alice", sid, "long A", nil)["run_id"].(string)
@@ -84,6 +85,7 @@ func TestOwnerIsolation(t *testing.T) {
 
 // TestSingleUserMode: without tokens every request is owner "local".
 func TestSingleUserMode(t *testing.T) {
+	t.Parallel()
 	s := newStack(t, options{})
 	sid := s.createSession("")
 	if r := s.do("GET", "/api/sessions/"+sid, "whatever-token", nil); r.status != 200 {
@@ -112,6 +114,7 @@ func (s *stack) doHeader(method, path, key, value string) reply {
 }
 
 func TestParseTokens(t *testing.T) {
+	t.Parallel()
 	good := "# team tokens\n\n  tok-a alice\ntok-b\tbob  # not a comment: 3 fields\n"
 	if _, err := server.ParseTokens("tokens", strings.NewReader(good)); err == nil || !strings.Contains(err.Error(), "tokens:4") {
 		t.Fatalf("a line with 3 fields: %v", err)

@@ -170,6 +170,7 @@ func encodeBatch(t *testing.T, cmds []command) []byte {
 }
 
 func TestDecodeBatchResults(t *testing.T) {
+	t.Parallel()
 	if _, err := decodeBatch([]byte(`{"events":[{"type":"user.message","payload":{"text":"ok"}},{"type":"system.message"}]}`)); err == nil {
 		t.Fatal("system.message without text accepted")
 	}
@@ -197,6 +198,7 @@ func TestDecodeBatchResults(t *testing.T) {
 }
 
 func TestAuthenticator(t *testing.T) {
+	t.Parallel()
 	a, err := newAuthenticator(map[string]string{"secret-1": "alice", "s2": "bob"})
 	if err != nil {
 		t.Fatal(err)

@@ -60,6 +60,7 @@ func pathOf(pattern string) string {
 // without a token, on a server with tokens — answers 204 with what the
 // browser needs; a disallowed origin gets no CORS header at all.
 func TestCORSPreflight(t *testing.T) {
+	t.Parallel()
 	s := configured(t, options{tokens: map[string]string{"tok": "alice"}}, func(c *server.Config) {
 		c.CORSOrigins = []string{appOrigin, "http://localhost:5173"}
 	}, nil)
@@ -100,6 +101,7 @@ func TestCORSPreflight(t *testing.T) {
 // errors alike, so a page can read a 401 — carry Allow-Origin and expose
 // X-Request-Id; a disallowed origin's answers carry no CORS header.
 func TestCORSActualRequests(t *testing.T) {
+	t.Parallel()
 	s := configured(t, options{tokens: map[string]string{"tok": "alice"}}, func(c *server.Config) {
 		c.CORSOrigins = []string{appOrigin}
 	}, nil)
@@ -123,6 +125,7 @@ func TestCORSActualRequests(t *testing.T) {
 // OPTIONS request is no preflight: it is authenticated and routed like
 // any other request.
 func TestCORSOff(t *testing.T) {
+	t.Parallel()
 	s := newStack(t, options{tokens: map[string]string{"tok": "alice"}})
 	r := s.corsDo("OPTIONS", "/api/sessions", appOrigin, "", "POST")
 	if got := corsHeaders(r.header); r.status != 401 || len(got) != 0 {
@@ -137,6 +140,7 @@ func TestCORSOff(t *testing.T) {
 // TestCORSOrigins: the configured origins are checked when the server is
 // built — "*" needs tokens — and compared in the form browsers send.
 func TestCORSOrigins(t *testing.T) {
+	t.Parallel()
 	st := memory.New()
 	defer st.Close()
 	svc, _, err := assemble(options{store: st}, t.TempDir())

@@ -17,6 +17,7 @@ import (
 // for a missing one and another owner's alike, and 409 session_busy with
 // the run's id for a busy one — each as openapi.yaml documents it.
 func TestDeleteSession(t *testing.T) {
+	t.Parallel()
 	api := loadOpenAPI(t)
 	s := newStack(t, options{tokens: map[string]string{"tok": "alice", "tok-b": "bob"}})
 	const pattern = "/api/sessions/{id}"

@@ -14,6 +14,7 @@ import (
 // its cause's tail), a rein cause shows as its own message, and no message
 // repeats a code.
 func TestPublicError(t *testing.T) {
+	t.Parallel()
 	secret := errors.New("dial tcp db.internal.example:5432: connect: connection refused")
 	for _, c := range []struct {
 		name   string
@@ -42,6 +43,7 @@ func TestPublicError(t *testing.T) {
 		{"busy", &rein.Error{Code: rein.CodeSessionBusy, Message: "busy", RunID: "run_1"}, 409, rein.CodeSessionBusy, "busy"},
 	} {
 		t.Run(c.name, func(t *testing.T) {
+			t.Parallel()
 			status, body := publicError(c.err)
 			if status != c.status || body.Code != c.code || body.Message != c.msg {
 				t.Fatalf("publicError = %d %s %q, want %d %s %q", status, body.Code, body.Message, c.status, c.code, c.msg)
@@ -65,6 +67,7 @@ func TestPublicError(t *testing.T) {
 }
 
 func TestStreamLimitDefaults(t *testing.T) {
+	t.Parallel()
 	if l := newStreamLimit(0); l.max != DefaultMaxStreamsPerOwner {
 		t.Fatalf("0 → cap %d, want %d", l.max, DefaultMaxStreamsPerOwner)
 	}

@@ -105,6 +105,7 @@ func checkHidden(t *testing.T, a errorAnswer, status int, logs *logBuffer, secre
 // (the caller's own when it sends one), and the log has the cause under
 // that id.
 func TestErrorsWithoutInternals(t *testing.T) {
+	t.Parallel()
 	const (
 		dsn  = "postgres://rein:s3cret@db.internal.example:5432/rein"
 		path = "/var/lib/rein/rein.db"
@@ -124,6 +125,7 @@ func TestErrorsWithoutInternals(t *testing.T) {
 		{"a conflict with a driver cause", rein.Errorf(rein.CodeConflict, "the write conflicts with a stored row: %w", fmt.Errorf("UNIQUE constraint failed (%s)", path)), 409, path},
 	} {
 		t.Run(c.name, func(t *testing.T) {
+			t.Parallel()
 			logs, logger := newLog()
 			s := configured(t, options{store: &failingStore{Store: memory.New(), err: c.err}, logger: logger}, nil, nil)
 			checkHidden(t, s.doWithID("GET", "/readyz", ""), 503, logs, secrets, c.cause)
@@ -141,6 +143,7 @@ func TestErrorsWithoutInternals(t *testing.T) {
 // (closed under the server): the answers do not carry the database's
 // absolute path; the log does.
 func TestSQLiteErrorsKeepThePathInTheLog(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	st, err := sqlite.Open(t.Context(), filepath.Join(dir, "rein.db"), sqlite.Options{})
 	if err != nil {
@@ -165,6 +168,7 @@ func TestSQLiteErrorsKeepThePathInTheLog(t *testing.T) {
 // has the request id in its body, equal to its X-Request-Id, and its
 // message does not start with its code.
 func TestErrorBodyCarriesRequestID(t *testing.T) {
+	t.Parallel()
 	s := newStack(t, options{tokens: map[string]string{"tok": "alice"}})
 	sid := s.createSession("tok")
 	for _, c := range []struct {

@@ -58,6 +58,7 @@ func (w *statusSeen) Unwrap() http.ResponseWriter { return w.ResponseWriter }
 // documents); closing one of the owner's streams admits the next; another
 // owner is unaffected; a missing session is still 404, not 429.
 func TestStreamCapPerOwner(t *testing.T) {
+	t.Parallel()
 	wrap, ended := streamEnds()
 	s := configured(t, options{tokens: map[string]string{"ta": "alice", "tb": "bob"}}, func(c *server.Config) {
 		c.MaxStreamsPerOwner = 2
@@ -107,9 +108,11 @@ func TestStreamCapPerOwner(t *testing.T) {
 // several times longer (its heartbeats count the time) and still delivers
 // a new event, over HTTP/1.1 and over HTTP/2 (TLS).
 func TestStreamOutlivesReadTimeout(t *testing.T) {
+	t.Parallel()
 	const readTimeout = 200 * time.Millisecond
 	for _, proto := range []string{"HTTP/1.1", "HTTP/2.0"} {
 		t.Run(proto, func(t *testing.T) {
+			t.Parallel()
 			scheme, client := "http", &http.Client{}
 			var adjustTLS func(*server.Config)
 			if proto == "HTTP/2.0" {
@@ -189,6 +192,7 @@ func TestStreamOutlivesReadTimeout(t *testing.T) {
 // never finishes it is cut off after ReadTimeout with a 400 whose message
 // names no address.
 func TestReadTimeoutBoundsTheBody(t *testing.T) {
+	t.Parallel()
 	logs, logger := newLog()
 	sv := serveConfigured(t, options{logger: logger}, "http", func(c *server.Config) {
 		c.ReadTimeout = 200 * time.Millisecond

@@ -12,6 +12,7 @@ import (
 )
 
 func TestModelRetriesAreCounted(t *testing.T) {
+	t.Parallel()
 	reg := prometheus.NewRegistry()
 	m, err := server.NewMetrics(reg)
 	if err != nil {

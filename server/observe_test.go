@@ -276,6 +276,7 @@ func attrs(kvs []attribute.KeyValue) map[string]attribute.Value {
 // tool calls (children of the run), with the GenAI attributes and the
 // scripted model's token counts; the log lines carry the trace ids.
 func TestTraceOfARun(t *testing.T) {
+	t.Parallel()
 	exp := tracetest.NewInMemoryExporter()
 	ends := &spanEnds{wake: make(chan struct{})}
 	tp := sdktrace.NewTracerProvider(sdktrace.WithSyncer(exp), sdktrace.WithSpanProcessor(ends))
@@ -391,6 +392,7 @@ func TestTraceOfARun(t *testing.T) {
 // TestTraceparentContinued: a request that carries a W3C traceparent
 // continues the caller's trace; health checks make no spans.
 func TestTraceparentContinued(t *testing.T) {
+	t.Parallel()
 	exp := tracetest.NewInMemoryExporter()
 	ends := &spanEnds{wake: make(chan struct{})}
 	s := newObsStack(t, sdktrace.NewTracerProvider(sdktrace.WithSyncer(exp), sdktrace.WithSpanProcessor(ends)))
@@ -427,6 +429,7 @@ func TestTraceparentContinued(t *testing.T) {
 // endpoint is configured, nothing is traced and no log line has a
 // trace_id.
 func TestTracingOff(t *testing.T) {
+	t.Parallel()
 	tp, shutdown, err := telemetry.FromEnv(context.Background(), func(string) (string, bool) { return "", false }, "test")
 	if err != nil {
 		t.Fatal(err)
@@ -492,6 +495,7 @@ func sample(text, name string, want ...string) (float64, bool) {
 // a parked run and an open event stream, /metrics shows every series with
 // the values those runs imply.
 func TestMetricsOfRuns(t *testing.T) {
+	t.Parallel()
 	s := newObsStack(t, nil)
 	var text string
 	check := func(name string, want float64, labels ...string) {
@@ -575,6 +579,7 @@ func TestMetricsOfRuns(t *testing.T) {
 // TestMethodNotAllowedCountedUnderItsRoute: a wrong method on a known path
 // is counted under the path's route pattern, not as unmatched.
 func TestMethodNotAllowedCountedUnderItsRoute(t *testing.T) {
+	t.Parallel()
 	s := newObsStack(t, nil)
 	sid := s.session()
 	if code, _ := s.do("POST", "/healthz", ""); code != http.StatusMethodNotAllowed {
@@ -604,6 +609,7 @@ func TestMethodNotAllowedCountedUnderItsRoute(t *testing.T) {
 // TestModelAndToolObservationsDoNotAllocate: the observer methods on every
 // step reuse their series.
 func TestModelAndToolObservationsDoNotAllocate(t *testing.T) {
+	// Not parallel: AllocsPerRun counts the whole process's allocations.
 	m, err := server.NewMetrics(nil)
 	if err != nil {
 		t.Fatal(err)

@@ -142,6 +142,7 @@ func (o *openAPI) schema(t *testing.T, name string) *jsonschema.Schema {
 // server and every route is documented; and real answers — successes and
 // errors — match the documented statuses, content types and schemas.
 func TestOpenAPIMatchesServer(t *testing.T) {
+	t.Parallel()
 	api := loadOpenAPI(t)
 	s := newStack(t, options{tokens: map[string]string{"tok": "alice"}})
 
@@ -283,6 +284,7 @@ func TestOpenAPIMatchesServer(t *testing.T) {
 // TestOpenAPIRequestSchema: the documented request schema agrees with the
 // server's validator on typical batches, valid and invalid.
 func TestOpenAPIRequestSchema(t *testing.T) {
+	t.Parallel()
 	api := loadOpenAPI(t)
 	batch := api.schema(t, "EventBatch")
 	s := newStack(t, options{})

@@ -87,6 +87,7 @@ func (g *gatedStore) AppendEvents(ctx context.Context, key rein.SessionKey, f st
 // once the store moves again every admitted run has its whole life in the
 // log, and no run exists without its events.
 func TestOverloadAnswers503Quickly(t *testing.T) {
+	t.Parallel()
 	const limit = 3
 	gs := newGatedStore()
 	ts := reintest.NewServer(t, reintest.ServerOptions{
@@ -210,6 +211,7 @@ func (f *failingAdmission) Update(ctx context.Context, key rein.SessionKey, fe s
 // the client is told truthfully — 503 when the store was unavailable or
 // too slow, 500 when it failed otherwise.
 func TestFailedAdmissionLeavesNoRun(t *testing.T) {
+	t.Parallel()
 	for _, tc := range []struct {
 		name   string
 		err    error
@@ -220,6 +222,7 @@ func TestFailedAdmissionLeavesNoRun(t *testing.T) {
 		{"internal", errors.New("test: the store failed"), 500},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
 			fs := &failingAdmission{Store: memory.New()}
 			s := newStack(t, options{store: fs})
 			sid := s.createSession("")
@@ -284,6 +287,7 @@ func (l *fdExhausted) Accept() (net.Conn, error) {
 // "too many open files" with the fix, the connections already open are
 // still served, and new ones are once descriptors are back.
 func TestAcceptOutOfDescriptors(t *testing.T) {
+	t.Parallel()
 	logs, logger := newLog()
 	o := options{store: memory.New(), logger: logger}
 	svc, metrics, err := assemble(o, t.TempDir())

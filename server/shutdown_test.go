@@ -78,6 +78,7 @@ func (sv *served) shutdown() error {
 // stream ends), leaves the queued run queued in the store, returns nil;
 // a new server on the same store starts the queued run by itself.
 func TestGracefulShutdown(t *testing.T) {
+	t.Parallel()
 	st := memory.New()
 	defer st.Close()
 	sv := serve(t, options{store: st})

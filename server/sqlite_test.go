@@ -22,6 +22,7 @@ import (
 // new one opens the same file: every event is still there, and new events
 // continue the seq where the old ones stopped.
 func TestRestartKeepsEverything(t *testing.T) {
+	t.Parallel()
 	path := filepath.Join(t.TempDir(), "rein.db")
 	st, err := sqlite.Open(t.Context(), path, sqlite.Options{})
 	if err != nil {
@@ -177,6 +178,7 @@ func crashMidRun(t *testing.T, path string) (before []rein.Event, sid, a, b, c s
 // start in order without any request, and the log's seq continues without
 // a gap.
 func TestCrashRestart(t *testing.T) {
+	t.Parallel()
 	if testing.Short() {
 		t.Skip("starts a child process")
 	}
@@ -258,6 +260,7 @@ func TestCrashRestart(t *testing.T) {
 // lost instance ends FAILED with "instance lost" (its executing call gets
 // its error result first), and the queued runs go on.
 func TestCrashRestartWithoutResume(t *testing.T) {
+	t.Parallel()
 	if testing.Short() {
 		t.Skip("starts a child process")
 	}
@@ -293,6 +296,7 @@ func TestCrashRestartWithoutResume(t *testing.T) {
 // for it); after a restart the session is busy with it, lists the call in
 // pending_confirmations, and an answer then runs the tool once.
 func TestApprovalSurvivesShutdown(t *testing.T) {
+	t.Parallel()
 	path := filepath.Join(t.TempDir(), "rein.db")
 	workspace := t.TempDir()
 	st, err := sqlite.Open(t.Context(), path, sqlite.Options{})

@@ -14,6 +14,7 @@ import (
 // after the cursor, then continues live with the next run, and every frame
 // matches GET events exactly.
 func TestStreamReplayThenLive(t *testing.T) {
+	t.Parallel()
 	s := newStack(t, options{})
 	sid := s.createSession("")
 	first := s.send("", sid, "one", nil)["run_id"].(string)
@@ -45,6 +46,7 @@ func TestStreamReplayThenLive(t *testing.T) {
 // connections deliver the log exactly — no gap, no duplicate — and the run
 // never noticed.
 func TestStreamReconnectMidRun(t *testing.T) {
+	t.Parallel()
 	s := newStack(t, options{})
 	sid := s.createSession("")
 	runID := s.send("", sid, "stream please", nil)["run_id"].(string)
@@ -90,6 +92,7 @@ func TestStreamReconnectMidRun(t *testing.T) {
 // TestStreamCloseNeverStopsRun: a run whose only observer hangs up runs to
 // its normal end.
 func TestStreamCloseNeverStopsRun(t *testing.T) {
+	t.Parallel()
 	s := newStack(t, options{})
 	sid := s.createSession("")
 	st := s.stream("", sid, "", "")
@@ -102,6 +105,7 @@ func TestStreamCloseNeverStopsRun(t *testing.T) {
 }
 
 func TestStreamHeartbeat(t *testing.T) {
+	t.Parallel()
 	s := newStack(t, options{heartbeat: 20 * time.Millisecond})
 	sid := s.createSession("")
 	st := s.stream("", sid, "", "")
@@ -119,6 +123,7 @@ func TestStreamHeartbeat(t *testing.T) {
 }
 
 func TestStreamErrors(t *testing.T) {
+	t.Parallel()
 	s := newStack(t, options{})
 	sid := s.createSession("")
 	for _, c := range []struct{ query, lastID string }{
@@ -145,6 +150,7 @@ func TestStreamErrors(t *testing.T) {
 // TestServerCloseEndsStreams: Close ends open streams (after a last read)
 // and later stream requests are refused, while runs are untouched.
 func TestServerCloseEndsStreams(t *testing.T) {
+	t.Parallel()
 	s := newStack(t, options{})
 	sid := s.createSession("")
 	st := s.stream("", sid, "", "")
@@ -175,6 +181,7 @@ func TestServerCloseEndsStreams(t *testing.T) {
 }
 
 func TestMessageTimeout(t *testing.T) {
+	t.Parallel()
 	s := newStack(t, options{})
 	sid := s.createSession("")
 	runID := s.send("", sid, "long with a deadline", map[string]any{"timeout_s": 0.05})["run_id"].(string)

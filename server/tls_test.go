@@ -87,6 +87,7 @@ func httpsClient(certs ...*x509.Certificate) *http.Client {
 // that trusts it, refuses plain HTTP, and serves a renewed certificate
 // from the next handshake on.
 func TestTLS(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	first := selfSigned(t, dir, 1)
 	sv := serveConfigured(t, options{}, "https", func(c *server.Config) {
@@ -140,6 +141,7 @@ func TestTLS(t *testing.T) {
 // TestTLSConfig: a certificate without its key (or the reverse) and a pair
 // that does not load are refused by New.
 func TestTLSConfig(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	selfSigned(t, dir, 1)
 	st := memory.New()

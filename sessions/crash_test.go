@@ -26,7 +26,10 @@ import (
 // the write lost, once with it committed but its answer lost — restarts a
 // service on the same store, and checks what recovery made of it (DESIGN.md
 // rule 5: every crash window has a test).
-func TestCrashWindows(t *testing.T) { onBackends(t, testCrashWindows) }
+func TestCrashWindows(t *testing.T) {
+	t.Parallel()
+	onClockedBackends(t, testCrashWindows)
+}
 
 // counter is a tool that counts its executions per tool_use_id: a call
 // must never run twice, whatever crashed in between.
@@ -46,7 +49,7 @@ func (c *counter) Call(_ context.Context, call tool.Call) (tool.Result, error) {
 	return tool.Result{Output: "counted"}, nil
 }
 
-func testCrashWindows(t *testing.T, open opener) {
+func testCrashWindows(t *testing.T, open clockedOpener) {
 	for n := 1; ; n++ {
 		wrote := 0
 		for _, after := range []bool{false, true} {
@@ -55,7 +58,8 @@ func testCrashWindows(t *testing.T, open opener) {
 				name += "-committed"
 			}
 			t.Run(name, func(t *testing.T) {
-				wrote = crashAt(t, open(t), n, after)
+				clk := &shiftClock{}
+				wrote = crashAt(t, open(t, clk.now), clk, n, after)
 			})
 			if t.Failed() {
 				return
@@ -73,14 +77,15 @@ func testCrashWindows(t *testing.T, open opener) {
 
 // crashAt runs the scenario with the store crashing at write n and checks
 // recovery. It returns how many writes the scenario made before the crash
-// (all of them when it never came).
-func crashAt(t *testing.T, base store.Store, n int, afterCommit bool) int {
+// (all of them when it never came). clk is the store's clock: the restart
+// moves it past the crashed instance's leases.
+func crashAt(t *testing.T, base store.Store, clk *shiftClock, n int, afterCommit bool) int {
 	ctx := context.Background()
 	workspace := t.TempDir()
 	count := &counter{calls: map[string]int{}}
 	newService := func(st store.Store, instance string) *sessions.Service {
 		svc, err := reintest.ServiceWithTools("testdata/service.yaml", st, func(c *sessions.Config) {
-			c.Workspace, c.LeaseTTL, c.Instance = workspace, 150*time.Millisecond, instance
+			c.Workspace, c.LeaseTTL, c.Instance = workspace, liveLease, instance
 		}, count)
 		if err != nil {
 			t.Fatal(err)
@@ -127,6 +132,7 @@ func crashAt(t *testing.T, base store.Store, n int, afterCommit bool) int {
 	}
 	wrote := f.Writes()
 	first.Close()
+	clk.advance(lapse)
 
 	// The restart: a new instance on the same store drives every run to its
 	// end, answering confirmations still pending, then takes a new message.

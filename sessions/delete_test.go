@@ -12,25 +12,35 @@ import (
 	"slices"
 	"strings"
 	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
-
-	"github.com/jackc/pgx/v5"
 
 	"github.com/reinhq/rein"
 	"github.com/reinhq/rein/internal/reintest"
 	"github.com/reinhq/rein/sessions"
 	"github.com/reinhq/rein/store"
 	"github.com/reinhq/rein/store/memory"
-	"github.com/reinhq/rein/store/postgres"
-	"github.com/reinhq/rein/store/sqlite"
 )
 
-func TestDeleteBusyTree(t *testing.T)            { onBackends(t, testDeleteBusyTree) }
-func TestDeleteIdleTree(t *testing.T)            { onBackends(t, testDeleteIdleTree) }
-func TestDeleteRacesMessage(t *testing.T)        { onBackends(t, testDeleteRacesMessage) }
-func TestRetentionDeletesIdleTrees(t *testing.T) { onClockedBackends(t, testRetention) }
+func TestDeleteBusyTree(t *testing.T) {
+	t.Parallel()
+	onBackends(t, testDeleteBusyTree)
+}
+
+func TestDeleteIdleTree(t *testing.T) {
+	t.Parallel()
+	onBackends(t, testDeleteIdleTree)
+}
+
+func TestDeleteRacesMessage(t *testing.T) {
+	t.Parallel()
+	onBackends(t, testDeleteRacesMessage)
+}
+
+func TestRetentionDeletesIdleTrees(t *testing.T) {
+	t.Parallel()
+	onClockedBackends(t, testRetention)
+}
 
 // ------------------------------------------------------------- helpers
 
@@ -40,7 +50,14 @@ func waitEnd(t *testing.T, st store.Store, key rein.SessionKey, runID string) {
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
 	if _, ok := waitFor(ctx, st, key, rein.EventRunCompleted, runID); !ok {
-		t.Fatalf("run %s did not end", runID)
+		// Say whether the run hung or its end was not seen.
+		rec, err := st.GetRun(context.Background(), key, runID)
+		evs, last, rerr := st.ReadEvents(context.Background(), key, 0, 1000)
+		var types []string
+		for _, e := range evs {
+			types = append(types, fmt.Sprintf("%d:%s", e.Seq, e.Type))
+		}
+		t.Fatalf("run %s did not end: record %+v (%v); log last_seq %d (%v): %v", runID, rec, err, last, rerr, types)
 	}
 }
 
@@ -326,63 +343,6 @@ func testDeleteRacesMessage(t *testing.T, open opener) {
 
 // ------------------------------------------------------------- retention
 
-// shiftClock is the wall clock moved forward by what the test says: the
-// service and the store read it, so "two hours later" is one call while
-// everything else (leases renewing, tools sleeping) runs in real time.
-type shiftClock struct{ by atomic.Int64 }
-
-func (c *shiftClock) now() time.Time          { return time.Now().Add(time.Duration(c.by.Load())) }
-func (c *shiftClock) advance(d time.Duration) { c.by.Add(int64(d)) }
-
-// clockedOpener opens a fresh store reading the time from clock.
-type clockedOpener func(t *testing.T, clock rein.Clock) store.Store
-
-func onClockedBackends(t *testing.T, scenario func(t *testing.T, open clockedOpener)) {
-	t.Run("memory", func(t *testing.T) {
-		scenario(t, func(t *testing.T, clock rein.Clock) store.Store {
-			st := memory.New(memory.WithClock(clock))
-			t.Cleanup(func() { st.Close() })
-			return st
-		})
-	})
-	t.Run("sqlite", func(t *testing.T) {
-		scenario(t, func(t *testing.T, clock rein.Clock) store.Store {
-			st, err := sqlite.Open(context.Background(), filepath.Join(t.TempDir(), "rein.db"), sqlite.Options{Clock: clock})
-			if err != nil {
-				t.Fatal(err)
-			}
-			t.Cleanup(func() { st.Close() })
-			return st
-		})
-	})
-	t.Run("postgres", func(t *testing.T) {
-		dsn := os.Getenv("REIN_TEST_POSTGRES_DSN")
-		if dsn == "" {
-			t.Skip("REIN_TEST_POSTGRES_DSN not set")
-		}
-		scenario(t, func(t *testing.T, clock rein.Clock) store.Store {
-			schema := fmt.Sprintf("sessions_delete_test_%d_%d", time.Now().UnixNano(), schemaSeq.Add(1))
-			st, err := postgres.Open(context.Background(), dsn, postgres.Options{Schema: schema, Clock: clock})
-			if err != nil {
-				t.Fatal(err)
-			}
-			t.Cleanup(func() {
-				st.Close()
-				conn, err := pgx.Connect(context.Background(), dsn)
-				if err != nil {
-					t.Errorf("drop schema %s: %v", schema, err)
-					return
-				}
-				defer conn.Close(context.Background())
-				if _, err := conn.Exec(context.Background(), "DROP SCHEMA "+schema+" CASCADE"); err != nil {
-					t.Errorf("drop schema %s: %v", schema, err)
-				}
-			})
-			return st
-		})
-	})
-}
-
 // syncBuffer is a log destination safe for the service's goroutines.
 type syncBuffer struct {
 	mu sync.Mutex
@@ -493,6 +453,7 @@ func logLine(log, session string) string {
 // sweeps at once (sessions left old by a restart go without waiting a
 // period) and then periodically.
 func TestRetentionSweeper(t *testing.T) {
+	t.Parallel()
 	clk := &shiftClock{}
 	st := memory.New(memory.WithClock(clk.now))
 	t.Cleanup(func() { st.Close() })

@@ -12,9 +12,20 @@ import (
 	"github.com/reinhq/rein/sessions"
 )
 
-func TestEventsReplayAndLiveSeam(t *testing.T) { onBackends(t, testEventsReplayAndLiveSeam) }
-func TestEventsBreakAndCancel(t *testing.T)    { onBackends(t, testEventsBreakAndCancel) }
-func TestEventsEndWithTheService(t *testing.T) { onBackends(t, testEventsEndWithTheService) }
+func TestEventsReplayAndLiveSeam(t *testing.T) {
+	t.Parallel()
+	onBackends(t, testEventsReplayAndLiveSeam)
+}
+
+func TestEventsBreakAndCancel(t *testing.T) {
+	// Not parallel: its leak check snapshots the whole process's goroutines.
+	onBackendsSerially(t, testEventsBreakAndCancel)
+}
+
+func TestEventsEndWithTheService(t *testing.T) {
+	t.Parallel()
+	onBackends(t, testEventsEndWithTheService)
+}
 
 // collect ranges over Events from after until the run's
 // session.run_completed and returns what it saw.

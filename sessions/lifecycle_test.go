@@ -16,16 +16,43 @@ import (
 )
 
 // Regression tests for the lifecycle's crash and multi-instance windows.
-func TestInterruptWhenIdleRunsAtOnce(t *testing.T) { onBackends(t, testInterruptWhenIdleRunsAtOnce) }
+func TestInterruptWhenIdleRunsAtOnce(t *testing.T) {
+	t.Parallel()
+	onBackends(t, testInterruptWhenIdleRunsAtOnce)
+}
+
 func TestInterruptNeverStopsTheNewRun(t *testing.T) {
+	t.Parallel()
 	onBackends(t, testInterruptNeverStopsTheNewRun)
 }
-func TestRollback(t *testing.T)                { onBackends(t, testRollback) }
-func TestQueuedRunClaimedOnce(t *testing.T)    { onBackends(t, testQueuedRunClaimedOnce) }
-func TestStopWhileWaitingForTurn(t *testing.T) { onBackends(t, testStopWhileWaitingForTurn) }
-func TestSupplementRetryLogsOnce(t *testing.T) { onBackends(t, testSupplementRetryLogsOnce) }
-func TestStepRestartedAfterCrash(t *testing.T) { onBackends(t, testStepRestartedAfterCrash) }
+
+func TestRollback(t *testing.T) {
+	t.Parallel()
+	onBackends(t, testRollback)
+}
+
+func TestQueuedRunClaimedOnce(t *testing.T) {
+	t.Parallel()
+	onBackends(t, testQueuedRunClaimedOnce)
+}
+
+func TestStopWhileWaitingForTurn(t *testing.T) {
+	t.Parallel()
+	onBackends(t, testStopWhileWaitingForTurn)
+}
+
+func TestSupplementRetryLogsOnce(t *testing.T) {
+	t.Parallel()
+	onBackends(t, testSupplementRetryLogsOnce)
+}
+
+func TestStepRestartedAfterCrash(t *testing.T) {
+	t.Parallel()
+	onClockedBackends(t, testStepRestartedAfterCrash)
+}
+
 func TestBadWhenBusyIsInvalidArgument(t *testing.T) {
+	t.Parallel()
 	onBackends(t, func(t *testing.T, open opener) {
 		f := newFixture(t, open(t))
 		f.newSession()
@@ -64,8 +91,9 @@ func testInterruptNeverStopsTheNewRun(t *testing.T, open opener) {
 	f.blocking(a.RunID)
 	k.Kill()
 	f.svc.Close()
-	// The turn is held only by the lost instance's lease: the message that
-	// interrupts must stop A, never itself.
+	// The turn is held only by the lost instance's lease (so the store's
+	// clock stays put until it lapses): the message that interrupts must
+	// stop A, never itself.
 	g := newFixture(t, st)
 	g.key = f.key
 	m := g.send("M", "interrupt")
@@ -216,8 +244,9 @@ func testSupplementRetryLogsOnce(t *testing.T, open opener) {
 	}
 }
 
-func testStepRestartedAfterCrash(t *testing.T, open opener) {
-	st := open(t)
+func testStepRestartedAfterCrash(t *testing.T, open clockedOpener) {
+	clk := &shiftClock{}
+	st := open(t, clk.now)
 	k := storetest.NewFaulty(st)
 	f := newFixture(t, k)
 	f.newSession()
@@ -225,6 +254,7 @@ func testStepRestartedAfterCrash(t *testing.T, open opener) {
 	f.waitEvent(func(e rein.Event) bool { return e.Type == rein.EventMessageDelta && e.RunID == a.RunID })
 	k.Kill()
 	f.svc.Close()
+	clk.advance(lapse)
 	g := newFixture(t, st)
 	g.key = f.key
 	if p := g.completed(a.RunID); p.Status != rein.StatusCompleted || p.Reason != rein.ReasonStop {
@@ -269,13 +299,15 @@ func testStepRestartedAfterCrash(t *testing.T, open opener) {
 }
 
 func TestConfirmationWaitSurvivesRestart(t *testing.T) {
-	onBackends(t, testConfirmationWaitSurvivesRestart)
+	t.Parallel()
+	onClockedBackends(t, testConfirmationWaitSurvivesRestart)
 }
 
 // A run waiting for a confirmation is neither resumed nor failed by the
 // loss of its instance: it goes on waiting, and spends no resume attempt.
-func testConfirmationWaitSurvivesRestart(t *testing.T, open opener) {
-	st := open(t)
+func testConfirmationWaitSurvivesRestart(t *testing.T, open clockedOpener) {
+	clk := &shiftClock{}
+	st := open(t, clk.now)
 	k := storetest.NewFaulty(st)
 	f := newFixture(t, k)
 	f.newSession()
@@ -283,6 +315,7 @@ func testConfirmationWaitSurvivesRestart(t *testing.T, open opener) {
 	req := f.waitEvent(func(e rein.Event) bool { return e.Type == rein.EventToolConfirmationRequested })
 	k.Kill()
 	f.svc.Close()
+	clk.advance(lapse)
 	for i := range 2 {
 		g := newFixture(t, st, func(c *sessions.Config) { c.ResumeAttempts = -1 })
 		g.key = f.key
@@ -315,6 +348,7 @@ func testConfirmationWaitSurvivesRestart(t *testing.T, open opener) {
 }
 
 func TestSessionAgents(t *testing.T) {
+	t.Parallel()
 	f := newFixture(t, memoryStore(t), func(c *sessions.Config) {
 		c.Agents = map[string]*sessions.Agent{
 			sessions.DefaultAgent: {},
@@ -367,6 +401,7 @@ func memoryStore(t *testing.T) store.Store {
 // executing the run, which decides it (its answer is the truth) and logs it
 // once.
 func TestStopRoutedToTheInstanceThatRunsIt(t *testing.T) {
+	t.Parallel()
 	dsn := os.Getenv("REIN_TEST_POSTGRES_DSN")
 	if dsn == "" {
 		t.Skip("REIN_TEST_POSTGRES_DSN not set")

@@ -153,7 +153,7 @@ func obsServiceTool(t *testing.T, st store.Store, sink *logSink, mod ...func(*se
 	stub := &deafTool{release: make(chan struct{}), entered: make(chan struct{}, 1)}
 	t.Cleanup(func() { close(stub.release) })
 	svc, err := reintest.ServiceWithTools("testdata/observe.yaml", st, func(c *sessions.Config) {
-		c.Workspace, c.LeaseTTL, c.Logger = t.TempDir(), 300*time.Millisecond, sink.logger()
+		c.Workspace, c.LeaseTTL, c.Logger = t.TempDir(), liveLease, sink.logger()
 		for _, f := range mod {
 			f(c)
 		}
@@ -211,7 +211,10 @@ func obsWaitEvent(t *testing.T, svc *sessions.Service, key rein.SessionKey, typ 
 
 // TestRunLogLines: every way a run ends has its line, with the keys an
 // operator filters on, and no line carries what a user wrote.
-func TestRunLogLines(t *testing.T) { onBackends(t, testRunLogLines) }
+func TestRunLogLines(t *testing.T) {
+	t.Parallel()
+	onBackends(t, testRunLogLines)
+}
 
 // longLease keeps a busy machine from losing a lease the test does not
 // mean to lose.
@@ -317,7 +320,9 @@ func testRunLogLines(t *testing.T, open opener) {
 // TestResumeLogLines: after an instance is lost, the instance that takes
 // the run up logs the in-doubt call and the resume.
 func TestResumeLogLines(t *testing.T) {
-	st := memory.New()
+	t.Parallel()
+	clk := &shiftClock{}
+	st := memory.New(memory.WithClock(clk.now))
 	k := storetest.NewFaulty(st)
 	first := newLogSink()
 	svc := obsService(t, k, first)
@@ -330,6 +335,7 @@ func TestResumeLogLines(t *testing.T) {
 	}
 	k.Kill() // the instance is lost: nothing it writes from now on lands
 	svc.Close()
+	clk.advance(lapse)
 
 	second := newLogSink()
 	obsService(t, st, second)
@@ -343,7 +349,10 @@ func TestResumeLogLines(t *testing.T) {
 
 // TestDrainSummary: the drain's closing line counts what it did with each
 // run.
-func TestDrainSummary(t *testing.T) { onBackends(t, testDrainSummary) }
+func TestDrainSummary(t *testing.T) {
+	t.Parallel()
+	onBackends(t, testDrainSummary)
+}
 
 func testDrainSummary(t *testing.T, open opener) {
 	sink := newLogSink()
@@ -454,7 +463,9 @@ func runSpan(t *testing.T, exp *tracetest.InMemoryExporter, runID string) tracet
 // span of its resume after the instance was lost has no link (that request
 // is long gone), and says which attempt it is.
 func TestRunSpanLinks(t *testing.T) {
-	st := memory.New()
+	t.Parallel()
+	clk := &shiftClock{}
+	st := memory.New(memory.WithClock(clk.now))
 	k := storetest.NewFaulty(st)
 	exp1, ends1, tp1 := tracerProvider()
 	svc := obsService(t, k, newLogSink(), func(c *sessions.Config) { c.TracerProvider = tp1 })
@@ -468,6 +479,7 @@ func TestRunSpanLinks(t *testing.T) {
 	obsWaitEvent(t, svc, key, rein.EventToolUse, res.RunID)
 	k.Kill()
 	svc.Close()
+	clk.advance(lapse)
 	ends1.wait(t, "rein.run")
 	first := runSpan(t, exp1, res.RunID)
 	if len(first.Links) != 1 || first.Links[0].SpanContext.SpanID() != admitting.SpanContext().SpanID() {

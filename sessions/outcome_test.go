@@ -14,19 +14,36 @@ import (
 	"github.com/reinhq/rein/store/memory"
 )
 
-func TestWaitOutcomes(t *testing.T)           { onBackends(t, testWaitOutcomes) }
-func TestWaitQueuedAndCancelled(t *testing.T) { onBackends(t, testWaitQueuedAndCancelled) }
+func TestWaitOutcomes(t *testing.T) {
+	t.Parallel()
+	onBackends(t, testWaitOutcomes)
+}
+
+func TestWaitQueuedAndCancelled(t *testing.T) {
+	t.Parallel()
+	onBackends(t, testWaitQueuedAndCancelled)
+}
+
 func TestWaitRepeatOnAnotherInstance(t *testing.T) {
+	t.Parallel()
 	onBackends(t, testWaitRepeatOnAnotherInstance)
 }
-func TestWaitLongAfterTheEnd(t *testing.T)    { onBackends(t, testWaitLongAfterTheEnd) }
-func TestWaitEndsWithTheService(t *testing.T) { onBackends(t, testWaitEndsWithTheService) }
+
+func TestWaitLongAfterTheEnd(t *testing.T) {
+	t.Parallel()
+	onBackends(t, testWaitLongAfterTheEnd)
+}
+
+func TestWaitEndsWithTheService(t *testing.T) {
+	t.Parallel()
+	onBackends(t, testWaitEndsWithTheService)
+}
 
 // newOutcomeFixture is newFixture with the model of testdata/outcome.yaml.
 func newOutcomeFixture(t *testing.T, st store.Store, instance string) *fixture {
 	t.Helper()
 	svc, err := reintest.Service("testdata/outcome.yaml", st, func(c *sessions.Config) {
-		c.Workspace, c.LeaseTTL, c.Instance = t.TempDir(), 300*time.Millisecond, instance
+		c.Workspace, c.LeaseTTL, c.Instance = t.TempDir(), liveLease, instance
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -293,6 +310,7 @@ func testWaitEndsWithTheService(t *testing.T, open opener) {
 // CANCELLED/timeout without executing (about once in 2,500 messages; under
 // the race detector within the first few hundred).
 func TestRegressionBackToBackRunIsNotExpired(t *testing.T) {
+	t.Parallel()
 	f := newOutcomeFixture(t, memory.New(), "")
 	t.Cleanup(func() { f.st.Close() })
 	f.newSession()

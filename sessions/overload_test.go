@@ -84,6 +84,7 @@ func newSlowService(t *testing.T, st store.Store, stopTimeout time.Duration) *se
 // FAILED "read inbox: context deadline exceeded"; its own deadline still
 // ends it (CANCELLED/timeout, not FAILED).
 func TestSlowInboxReadDoesNotFailRun(t *testing.T) {
+	t.Parallel()
 	const stopTimeout = 20 * time.Millisecond
 	for _, tc := range []struct {
 		name    string
@@ -95,6 +96,7 @@ func TestSlowInboxReadDoesNotFailRun(t *testing.T) {
 		{"own deadline", 150 * time.Millisecond, rein.StatusCancelled, rein.ReasonTimeout},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
 			st := &slowInbox{Store: memory.New(), delay: 25 * stopTimeout}
 			if tc.timeout > 0 {
 				st.delay = 10 * tc.timeout
@@ -159,9 +161,11 @@ func (f *failFirstUpdate) Update(ctx context.Context, key rein.SessionKey, fe st
 // listed without events — and a run whose admission committed runs to its
 // end even though its caller was told the write failed.
 func TestAdmissionIsAllOrNothing(t *testing.T) {
+	t.Parallel()
 	for _, commit := range []bool{false, true} {
 		name := map[bool]string{false: "not applied", true: "applied, answer lost"}[commit]
 		t.Run(name, func(t *testing.T) {
+			t.Parallel()
 			st := &failFirstUpdate{Store: memory.New()}
 			t.Cleanup(func() { st.Close() })
 			f := newFixture(t, st)
@@ -204,6 +208,7 @@ func TestAdmissionIsAllOrNothing(t *testing.T) {
 // (unavailable, with a Retry-After) and writes nothing; a slot frees when
 // a run ends.
 func TestMaxRunsInFlight(t *testing.T) {
+	t.Parallel()
 	f := newFixture(t, memory.New(), func(c *sessions.Config) { c.MaxRunsInFlight = 2 })
 	f.newSession()
 	first := f.send("block 1", "")

@@ -89,6 +89,7 @@ func startServiceWith(tb testing.TB, st store.Store, mod func(*sessions.Config))
 // A thousand runs waiting for answers hold no goroutine each: the count
 // stays within a constant of what the service had before.
 func TestParkedRunsHoldNoGoroutines(t *testing.T) {
+	// Not parallel: it counts the whole process's goroutines.
 	st := memory.New()
 	defer st.Close()
 	before := runtime.NumGoroutine()

@@ -72,6 +72,9 @@ import (
 // -rapid.nofailfile keeps it from being written). Races decided by timing
 // may need a few runs of the seed to show again.
 func TestPropertyRunLifecycle(t *testing.T) {
+	t.Parallel()
+	// The backends in turn: defaultRapidChecks sets rapid's process-wide
+	// -rapid.checks flag for each.
 	t.Run("memory", func(t *testing.T) {
 		defaultRapidChecks(t, 200)
 		rapid.Check(t, func(rt *rapid.T) {

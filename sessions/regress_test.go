@@ -42,8 +42,10 @@ func (s *slowLoad) GetSession(ctx context.Context, key rein.SessionKey) (*store.
 }
 
 func TestRegressionInterruptBeforeLoad(t *testing.T) {
+	t.Parallel()
 	for _, how := range []string{"when_busy", "user.interrupt"} {
 		t.Run(how, func(t *testing.T) {
+			t.Parallel()
 			st := &slowLoad{Store: memory.New(), entered: make(chan struct{}), release: make(chan struct{})}
 			f := newFixture(t, st)
 			f.newSession()
@@ -92,8 +94,10 @@ func (s *stubborn) Call(ctx context.Context, c tool.Call) (tool.Result, error) {
 }
 
 func TestRegressionRollbackOverwritten(t *testing.T) {
+	t.Parallel()
 	for _, mode := range []string{"cancel", "interrupt"} {
 		t.Run(mode, func(t *testing.T) {
+			t.Parallel()
 			st := memory.New()
 			tl := &stubborn{entered: make(chan struct{}), unstick: make(chan struct{})}
 			svc, err := reintest.ServiceWithTools("testdata/property.yaml", st, nil, tl)
@@ -124,6 +128,7 @@ func TestRegressionRollbackOverwritten(t *testing.T) {
 // A when_busy=interrupt message admitted while a rolled-back run is still
 // RUNNING in the store replaces its durable "rollback" stop.
 func TestRegressionRollbackOverwrittenByMessage(t *testing.T) {
+	t.Parallel()
 	st := memory.New()
 	tl := &stubborn{entered: make(chan struct{}), unstick: make(chan struct{})}
 	svc, err := reintest.ServiceWithTools("testdata/property.yaml", st, nil, tl)
@@ -191,6 +196,7 @@ func (h *holdEnd) Update(ctx context.Context, key rein.SessionKey, fence store.F
 // A rollback admitted after the current run committed its final reply (its
 // end not yet written): the run ends COMPLETED/stop with rolled_back=true.
 func TestRegressionRollbackOfCommittedRun(t *testing.T) {
+	t.Parallel()
 	hs := &holdEnd{Store: memory.New(), entered: make(chan struct{}), release: make(chan struct{})}
 	hold := &holdTool{gates: map[string]chan struct{}{}, calls: map[string]int{}}
 	svc, err := reintest.ServiceWithTools("testdata/property.yaml", hs, nil, hold)
@@ -277,6 +283,7 @@ func (h *holdClaim) Update(ctx context.Context, key rein.SessionKey, fence store
 // An interrupt of a run that is RUNNING in the store and the log, caught
 // before its handle started, ends it CANCELLED/cancelled.
 func TestRegressionInterruptJustClaimed(t *testing.T) {
+	t.Parallel()
 	hc := &holdClaim{Store: memory.New(), entered: make(chan struct{}), release: make(chan struct{})}
 	hold := &holdTool{gates: map[string]chan struct{}{}, calls: map[string]int{}}
 	svc, err := reintest.ServiceWithTools("testdata/property.yaml", hc, nil, hold)
@@ -327,8 +334,10 @@ func TestRegressionInterruptJustClaimed(t *testing.T) {
 // yet written (its record still says RUNNING), is not accepted, in either
 // mode, and is logged as such.
 func TestRegressionRepeatedStopWhileEnding(t *testing.T) {
+	t.Parallel()
 	for _, second := range []string{"cancel", "interrupt"} {
 		t.Run(second, func(t *testing.T) {
+			t.Parallel()
 			hs := &holdEnd{Store: memory.New(), entered: make(chan struct{}), release: make(chan struct{})}
 			hold := &holdTool{gates: map[string]chan struct{}{}, calls: map[string]int{}}
 			svc, err := reintest.ServiceWithTools("testdata/property.yaml", hs, nil, hold)
@@ -397,12 +406,15 @@ func (r *renewLost) RenewLease(ctx context.Context, l *store.Lease, ttl time.Dur
 // end releases the lease in the same write) does not fence the run: the end
 // is written, and nothing says the lease was lost.
 func TestRegressionRenewalDuringEndIsNotLeaseLoss(t *testing.T) {
+	t.Parallel()
 	hs := &holdEnd{Store: memory.New(), entered: make(chan struct{}), release: make(chan struct{})}
 	st := &renewLost{holdEnd: hs, renewed: make(chan struct{})}
 	hold := &holdTool{gates: map[string]chan struct{}{}, calls: map[string]int{}}
 	var logs regressLog
 	svc, err := reintest.ServiceWithTools("testdata/property.yaml", st, func(c *sessions.Config) {
-		c.LeaseTTL = 30 * time.Millisecond
+		// Renewals come every second (TTL/3), and none lapses however
+		// loaded the machine: a real lapse would be a lease loss.
+		c.LeaseTTL = 3 * time.Second
 		c.Logger = slog.New(slog.NewTextHandler(&logs, nil))
 	}, hold)
 	if err != nil {

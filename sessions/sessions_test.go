@@ -20,25 +20,83 @@ func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 
 // Every scenario runs on every backend: the service's guarantees must not
 // depend on which store is under it.
-func TestMessageRunLifecycle(t *testing.T) { onBackends(t, testMessageRunLifecycle) }
+func TestMessageRunLifecycle(t *testing.T) {
+	t.Parallel()
+	onBackends(t, testMessageRunLifecycle)
+}
+
 func TestBusyRejectEnqueueAndCancelQueued(t *testing.T) {
+	t.Parallel()
 	onBackends(t, testBusyRejectEnqueueAndCancelQueued)
 }
-func TestStaleStopIgnored(t *testing.T)            { onBackends(t, testStaleStopIgnored) }
-func TestSessionLevelInterrupt(t *testing.T)       { onBackends(t, testSessionLevelInterrupt) }
-func TestWhenBusyInterrupt(t *testing.T)           { onBackends(t, testWhenBusyInterrupt) }
-func TestClientIDRepeat(t *testing.T)              { onBackends(t, testClientIDRepeat) }
-func TestSupplementsAndSystem(t *testing.T)        { onBackends(t, testSupplementsAndSystem) }
-func TestToolConfirmationOverService(t *testing.T) { onBackends(t, testToolConfirmationOverService) }
-func TestTimeoutCountsQueueTime(t *testing.T)      { onBackends(t, testTimeoutCountsQueueTime) }
+
+func TestStaleStopIgnored(t *testing.T) {
+	t.Parallel()
+	onBackends(t, testStaleStopIgnored)
+}
+
+func TestSessionLevelInterrupt(t *testing.T) {
+	t.Parallel()
+	onBackends(t, testSessionLevelInterrupt)
+}
+
+func TestWhenBusyInterrupt(t *testing.T) {
+	t.Parallel()
+	onBackends(t, testWhenBusyInterrupt)
+}
+
+func TestClientIDRepeat(t *testing.T) {
+	t.Parallel()
+	onBackends(t, testClientIDRepeat)
+}
+
+func TestSupplementsAndSystem(t *testing.T) {
+	t.Parallel()
+	onBackends(t, testSupplementsAndSystem)
+}
+
+func TestToolConfirmationOverService(t *testing.T) {
+	t.Parallel()
+	onBackends(t, testToolConfirmationOverService)
+}
+
+func TestTimeoutCountsQueueTime(t *testing.T) {
+	t.Parallel()
+	onBackends(t, testTimeoutCountsQueueTime)
+}
+
 func TestRestartResumesQueuedAndReapsOrphans(t *testing.T) {
-	onBackends(t, testRestartResumesQueuedAndReapsOrphans)
+	t.Parallel()
+	onClockedBackends(t, testRestartResumesQueuedAndReapsOrphans)
 }
+
 func TestOrphanWithoutQueuedRunsIsReaped(t *testing.T) {
-	onBackends(t, testOrphanWithoutQueuedRunsIsReaped)
+	t.Parallel()
+	onClockedBackends(t, testOrphanWithoutQueuedRunsIsReaped)
 }
-func TestDrainKeepsQueuedRuns(t *testing.T) { onBackends(t, testDrainKeepsQueuedRuns) }
-func TestOwnerIsolation(t *testing.T)       { onBackends(t, testOwnerIsolation) }
+
+func TestDrainKeepsQueuedRuns(t *testing.T) {
+	t.Parallel()
+	onBackends(t, testDrainKeepsQueuedRuns)
+}
+
+func TestOwnerIsolation(t *testing.T) {
+	t.Parallel()
+	onBackends(t, testOwnerIsolation)
+}
+
+// liveLease is the turn lease of the tests' services: long enough that no
+// renewal (every TTL/3) is missed while its instance lives, however loaded
+// the machine (-race, tests in parallel on two cores) — a lapse fences the
+// run, and the test would fail for the machine's sake. A test that loses
+// an instance moves the store's clock past its leases (lapse) rather than
+// waiting for them; what a live instance waits a TTL for (adopting a run
+// another instance accepted) still takes up to this long.
+const liveLease = 2 * time.Second
+
+// lapse is how far a test moves the store's clock when it loses an
+// instance: past every lease and heartbeat that instance wrote.
+const lapse = 2 * liveLease
 
 type fixture struct {
 	t   *testing.T
@@ -53,7 +111,7 @@ func newFixture(t *testing.T, st store.Store, mod ...func(*sessions.Config)) *fi
 	t.Helper()
 	workspace := t.TempDir()
 	svc, err := reintest.Service("testdata/service.yaml", st, func(c *sessions.Config) {
-		c.Workspace, c.LeaseTTL = workspace, 300*time.Millisecond
+		c.Workspace, c.LeaseTTL = workspace, liveLease
 		for _, f := range mod {
 			f(c)
 		}
@@ -492,8 +550,9 @@ func testTimeoutCountsQueueTime(t *testing.T, open opener) {
 	f.stop(nil, "")
 }
 
-func testRestartResumesQueuedAndReapsOrphans(t *testing.T, open opener) {
-	st := open(t)
+func testRestartResumesQueuedAndReapsOrphans(t *testing.T, open clockedOpener) {
+	clk := &shiftClock{}
+	st := open(t, clk.now)
 	k := storetest.NewFaulty(st)
 	f := newFixture(t, k, func(c *sessions.Config) { c.Instance = "first" })
 	f.newSession()
@@ -506,6 +565,7 @@ func testRestartResumesQueuedAndReapsOrphans(t *testing.T, open opener) {
 	// with an unrenewed lease; B and C stay QUEUED.
 	k.Kill()
 	f.svc.Close()
+	clk.advance(lapse)
 	if rec, _ := st.GetRun(context.Background(), f.key, a.RunID); rec.Status != rein.StatusRunning {
 		t.Fatalf("A after crash: %s", rec.Status)
 	}
@@ -574,8 +634,9 @@ func countType(ts []rein.EventType, t rein.EventType) int {
 	return n
 }
 
-func testOrphanWithoutQueuedRunsIsReaped(t *testing.T, open opener) {
-	st := open(t)
+func testOrphanWithoutQueuedRunsIsReaped(t *testing.T, open clockedOpener) {
+	clk := &shiftClock{}
+	st := open(t, clk.now)
 	k := storetest.NewFaulty(st)
 	f := newFixture(t, k)
 	f.newSession()
@@ -583,6 +644,7 @@ func testOrphanWithoutQueuedRunsIsReaped(t *testing.T, open opener) {
 	f.blocking(a.RunID)
 	k.Kill()
 	f.svc.Close()
+	clk.advance(lapse)
 	// With no resumes allowed, a lost run ends FAILED "instance lost" and
 	// the session is usable again.
 	g := newFixture(t, st, func(c *sessions.Config) { c.ResumeAttempts = -1 })
