@@ -34,6 +34,7 @@ import (
 	"github.com/chromedp/cdproto/input"
 	"github.com/chromedp/chromedp"
 	"github.com/chromedp/chromedp/kb"
+	"go.uber.org/goleak"
 
 	"github.com/reinhq/rein/internal/reintest"
 	"github.com/reinhq/rein/server"
@@ -64,6 +65,14 @@ func TestMain(m *testing.M) {
 	code := m.Run()
 	if browser.cancel != nil {
 		browser.cancel()
+	}
+	// With the browser gone, nothing a test started (servers, proxies,
+	// streams, chromedp's readers) may still run.
+	if code == 0 {
+		if err := goleak.Find(); err != nil {
+			fmt.Fprintf(os.Stderr, "goleak: %v\n", err)
+			code = 1
+		}
 	}
 	os.Exit(code)
 }
