@@ -21,6 +21,8 @@ import (
 	"io"
 	"log/slog"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/reinhq/rein"
@@ -148,6 +150,15 @@ type Config struct {
 // Agent runs the ReAct loop.
 type Agent struct {
 	cfg Config
+	// specs caches the model's view of the last tool registry a run
+	// offered: registries do not change, and most runs offer the same one.
+	specs atomic.Pointer[toolSpecs]
+}
+
+// toolSpecs are reg's tools as a model.Request carries them.
+type toolSpecs struct {
+	reg   *tool.Registry
+	specs []model.ToolSpec
 }
 
 // New returns an Agent.
@@ -236,6 +247,8 @@ func (a *Agent) Run(ctx context.Context, c Control, t *Turn) run.Outcome {
 	if t.Journal == nil || t.Events == nil {
 		return run.Outcome{Reason: rein.ReasonError, Err: errors.New("agent: a turn needs a Journal and an event Sink")}
 	}
+	l.openLive()
+	defer l.closeLive()
 	return l.run(ctx)
 }
 
@@ -256,6 +269,12 @@ type loop struct {
 	// opened holds the confirmations saveStep opened before recording
 	// their requests, for runTools to wait on.
 	opened map[string]Pending
+
+	// live is the context of every store call made while the run is live
+	// (stopCtx): one per run, not one per call. liveCancel releases it
+	// when the run's loop returns.
+	live       *liveCtx
+	liveCancel context.CancelFunc
 }
 
 func (l *loop) emit(ctx context.Context, evs ...rein.Event) error {
@@ -313,7 +332,6 @@ func (l *loop) run(ctx context.Context) run.Outcome {
 	hasInput := false
 	last := 0 // the last step whose model request ended and was saved
 	var openAsst *rein.Message
-	l.answered = map[string]bool{}
 	for k := range own {
 		m := &own[k]
 		switch {
@@ -325,8 +343,16 @@ func (l *loop) run(ctx context.Context) run.Outcome {
 				openAsst = m
 			}
 		case m.Role == rein.RoleTool:
+			if l.answered == nil {
+				l.answered = map[string]bool{}
+			}
 			l.answered[m.ToolCallID] = true
 		}
+	}
+	if openAsst != nil && l.answered == nil {
+		// Made only for a run with tool calls to answer (saveStep makes
+		// one per step), not for every run.
+		l.answered = map[string]bool{}
 	}
 	if !hasInput {
 		user := rein.Message{Role: rein.RoleUser, Text: l.t.Input, RunID: l.t.RunID}
@@ -478,11 +504,7 @@ func (l *loop) streamRequest(ctx context.Context, step int) (*stepState, error) 
 		Step:     step,
 		Input:    l.t.Input,
 	}
-	if l.tools != nil {
-		for _, s := range l.tools.Specs() {
-			req.Tools = append(req.Tools, model.ToolSpec{Name: s.Name, Description: s.Description, InputSchema: s.InputSchema})
-		}
-	}
+	req.Tools = l.toolSpecs()
 	stream, err := l.model.Stream(ctx, req)
 	if err != nil {
 		return st, fmt.Errorf("model request: %w", err)
@@ -537,6 +559,24 @@ func (l *loop) streamRequest(ctx context.Context, step int) (*stepState, error) 
 			st.finish = ch.Finish
 		}
 	}
+}
+
+// toolSpecs are the tools offered to the model: built once per registry
+// and shared by the requests of every run that offers it (a model reads a
+// request's Tools, never changes them).
+func (l *loop) toolSpecs() []model.ToolSpec {
+	if l.tools == nil {
+		return nil
+	}
+	if c := l.a.specs.Load(); c != nil && c.reg == l.tools {
+		return c.specs
+	}
+	specs := l.tools.ModelTools()
+	if len(specs) == 0 {
+		specs = nil
+	}
+	l.a.specs.Store(&toolSpecs{reg: l.tools, specs: specs})
+	return specs
 }
 
 // needsConfirmation reports whether call c waits for a human.
@@ -831,22 +871,57 @@ func validJSON(b json.RawMessage) json.RawMessage {
 // ("read inbox: context deadline exceeded"); the run's deadline, a cancel
 // or a lost lease still end it, and StopTimeout bounds the call from then
 // on. On a stopped run StopTimeout bounds it from the start.
+//
+// The live calls of a run share one context (openLive), so a call costs no
+// context, timer or callback of its own; its cancel func does nothing.
 func (l *loop) stopCtx() (context.Context, context.CancelFunc) {
 	rctx := l.c.RunContext()
-	detached := context.WithoutCancel(rctx)
-	if interrupted, _ := l.c.Interrupted(); interrupted || rctx.Err() != nil {
-		return context.WithTimeout(detached, l.a.cfg.StopTimeout)
+	if interrupted, _ := l.c.Interrupted(); interrupted || rctx.Err() != nil || l.live == nil {
+		return context.WithTimeout(context.WithoutCancel(rctx), l.a.cfg.StopTimeout)
 	}
-	ctx, cancel := context.WithCancel(detached)
-	stop := context.AfterFunc(rctx, func() {
-		t := time.AfterFunc(l.a.cfg.StopTimeout, cancel)
-		context.AfterFunc(ctx, func() { t.Stop() })
-	})
-	return ctx, func() {
-		stop()
-		cancel()
-	}
+	return l.live, noCancel
 }
+
+func noCancel() {}
+
+// liveCtx is the run's shared store-call context (stopCtx). It outlives
+// the run context by StopTimeout, counted from the moment the run context
+// ends, so a call in flight when a stop lands still gets that long to
+// finish. Only a call that can wait needs that watch: the watch (a callback
+// on the run context, which runs on a goroutine of its own when the run is
+// stopped) is set up the first time anyone asks for Done — a store that
+// blocks, or a context derived from this one — and never for a run whose
+// store calls only check Err, so such a run's stop costs no goroutine.
+type liveCtx struct {
+	context.Context // WithCancel(WithoutCancel(run context))
+	l               *loop
+	watch           sync.Once
+}
+
+func (c *liveCtx) Done() <-chan struct{} {
+	c.watch.Do(c.l.watchLive)
+	return c.Context.Done()
+}
+
+// openLive makes the run's shared store-call context.
+func (l *loop) openLive() {
+	ctx, cancel := context.WithCancel(context.WithoutCancel(l.c.RunContext()))
+	l.live, l.liveCancel = &liveCtx{Context: ctx, l: l}, cancel
+}
+
+// watchLive ends the shared context StopTimeout after the run context
+// ends (or when the loop returns first).
+func (l *loop) watchLive() {
+	stop := context.AfterFunc(l.c.RunContext(), func() {
+		t := time.AfterFunc(l.a.cfg.StopTimeout, l.liveCancel)
+		context.AfterFunc(l.live.Context, func() { t.Stop() })
+	})
+	context.AfterFunc(l.live.Context, func() { stop() })
+}
+
+// closeLive releases the shared context when the loop returns: nothing of
+// the run calls the store on it after that.
+func (l *loop) closeLive() { l.liveCancel() }
 
 // finish ends the run with a final reply: asst (nil when the reply's
 // message is already saved, as at max_steps) and the agent.message.
@@ -860,9 +935,12 @@ func (l *loop) finish(ctx context.Context, reason rein.Reason, text string, asst
 	if asst != nil {
 		msgs = append(msgs, *asst)
 	}
-	u := l.usage
-	ev := rein.NewEvent(rein.EventMessage, l.t.RunID, rein.MessagePayload{RunID: l.t.RunID, Text: text, Reason: reason, Usage: &u})
-	if err := l.t.Journal.Finish(sctx, msgs, []rein.Event{ev}); err != nil {
+	// Room for one more event: a runtime that holds the closing events
+	// for the run's end appends its own after them without a copy. The
+	// payload is encoded here, so it may point at the loop's usage.
+	evs := make([]rein.Event, 1, 2)
+	evs[0] = rein.NewEvent(rein.EventMessage, l.t.RunID, rein.MessagePayload{RunID: l.t.RunID, Text: text, Reason: reason, Usage: &l.usage})
+	if err := l.t.Journal.Finish(sctx, msgs, evs); err != nil {
 		return run.Outcome{Reason: rein.ReasonError, Err: fmt.Errorf("record reply: %w", err), Usage: l.usage}
 	}
 	return run.Outcome{Reason: reason, Reply: text, Usage: l.usage}

@@ -18,7 +18,13 @@ type Engine struct {
 
 	mu    sync.Mutex
 	lanes map[rein.SessionKey]*lane
+	// spare are emptied lanes kept for reuse: a session's lane lives only
+	// while it has runs, often one run's time.
+	spare []*lane
 }
+
+// maxSpareLanes bounds the lanes kept for reuse.
+const maxSpareLanes = 64
 
 // lane is one session's FIFO. Invariant (under Engine.mu): running == nil
 // implies queue is empty, and an empty lane is removed from the map.
@@ -57,7 +63,9 @@ func (e *Engine) Prepare(fn Func, opts Options) (*Run, error) {
 	if fn == nil {
 		return nil, errors.New("run: nil Func")
 	}
-	return &Run{id: opts.ID, key: opts.Session, eng: e, fn: fn, opts: opts, done: make(chan struct{})}, nil
+	r := &Run{id: opts.ID, key: opts.Session, eng: e, fn: fn, opts: opts, done: make(chan struct{})}
+	r.ctl.r = r
+	return r, nil
 }
 
 // enqueue puts r in its lane and reports whether it was admitted at once.
@@ -65,7 +73,14 @@ func (e *Engine) enqueue(r *Run) bool {
 	e.mu.Lock()
 	l := e.lanes[r.key]
 	if l == nil {
-		l = &lane{key: r.key}
+		if n := len(e.spare); n > 0 {
+			l = e.spare[n-1]
+			e.spare[n-1] = nil
+			e.spare = e.spare[:n-1]
+			l.key = r.key
+		} else {
+			l = &lane{key: r.key}
+		}
 		e.lanes[r.key] = l
 	}
 	r.lane = l
@@ -82,6 +97,11 @@ func (e *Engine) enqueue(r *Run) bool {
 	} else {
 		l.queue = append(l.queue, r)
 	}
+	// A deadline that passes while queued ends the run without executing
+	// (a run admitted at once needs no such watch). Set under the lock
+	// that admits r later, so tryAdmit finds it; the callback checks the
+	// state, so it may fire at any time.
+	r.stopTimer = context.AfterFunc(r.runCtx, r.expireQueued)
 	e.mu.Unlock()
 	return false
 }
@@ -112,6 +132,13 @@ func (e *Engine) next(l *lane, prev *Run) *Run {
 		l.running = nil
 		if e.lanes[l.key] == l {
 			delete(e.lanes, l.key)
+			if len(e.spare) < maxSpareLanes {
+				// A run that still points at l (one dequeued before)
+				// finds itself neither running nor queued in it, in
+				// whatever session it serves next.
+				l.queue = l.queue[:0]
+				e.spare = append(e.spare, l)
+			}
 		}
 		return nil
 	}

@@ -37,6 +37,16 @@ func (g *Registry) Register(r *Run) error {
 	}
 	g.m[r.id] = r
 	g.mu.Unlock()
+	// The run leaves the registry it was registered in first when
+	// terminal without a hook of its own (a closure and a hook list per
+	// run); a second registry takes a hook.
+	r.mu.Lock()
+	if r.st != stTerminal && r.reg == nil {
+		r.reg = g
+		r.mu.Unlock()
+		return nil
+	}
+	r.mu.Unlock()
 	r.OnTerminal(g.remove)
 	return nil
 }

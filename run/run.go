@@ -79,6 +79,13 @@ type Options struct {
 	// Admitted, when set, is called when the lane admits the run, before
 	// its Func runs and before Start's caller can observe RUNNING.
 	Admitted func(r *Run)
+	// Terminal, when set, is called when the run becomes terminal, before
+	// the hooks of OnTerminal: one set here costs the run no hook list.
+	Terminal func(r *Run)
+	// Value is the runtime's own value for the run, returned by
+	// Run.Value: with it one Func, Finish and Terminal can serve every
+	// run, rather than a closure per run binding each to its own.
+	Value any
 }
 
 type state uint8
@@ -109,6 +116,8 @@ type Run struct {
 	decided    bool // the result is fixed; Finish is running or done
 	result     Result
 	onTerminal []func(*Run)
+	reg        *Registry // the registry the run leaves when terminal
+	ctl        Control
 
 	runCtx     context.Context
 	runCancel  context.CancelCauseFunc
@@ -121,6 +130,9 @@ type Run struct {
 	// lane bookkeeping, guarded by the engine's mutex
 	lane *lane
 }
+
+// Value returns Options.Value.
+func (r *Run) Value() any { return r.opts.Value }
 
 // ID returns the run id.
 func (r *Run) ID() string { return r.id }
@@ -247,9 +259,6 @@ func (r *Run) Start() (rein.RunStatus, error) {
 		r.finishUnstarted()
 		return rein.StatusCancelled, nil
 	}
-	// A deadline that passes while queued ends the run without executing.
-	// The callback checks the state, so registering it first is safe.
-	r.stopTimer = context.AfterFunc(r.runCtx, r.expireQueued)
 	if r.eng.enqueue(r) {
 		return rein.StatusRunning, nil
 	}
@@ -300,10 +309,11 @@ func (r *Run) Cancel() bool { return r.cancel("", nil) }
 
 // CancelAnnounced is Cancel that, when it takes effect, first calls
 // announce — after the cancellation is decided and before it takes effect,
-// and before the run can record its end. A runtime uses it to log the stop
-// request ahead of the stopped run's last event. announce runs with the
-// handle locked: it must not call the handle's methods, and should be
-// quick (one durable append).
+// and before the run can record its end. A runtime uses it to note that the
+// stop request is owed to its log, so that the stopped run's end can log it
+// first. announce runs with the handle locked: it must not call the
+// handle's methods, and must be quick — no I/O, which would hold the stop
+// back (log the request after Cancel returns).
 func (r *Run) CancelAnnounced(announce func()) bool { return r.cancel("", announce) }
 
 func (r *Run) cancel(msg string, announce func()) bool {
@@ -457,7 +467,7 @@ func (r *Run) call() (out Outcome) {
 			out = Outcome{Reason: rein.ReasonError, Err: fmt.Errorf("run panicked: %v", p)}
 		}
 	}()
-	return r.fn(r.workCtx, &Control{r: r})
+	return r.fn(r.workCtx, &r.ctl)
 }
 
 // decide turns the Func's outcome into the run's result. r.mu is held.
@@ -527,9 +537,16 @@ func (r *Run) complete(res Result, heldLane bool) {
 	hooks := r.onTerminal
 	r.onTerminal = nil
 	r.fn = nil
+	reg := r.reg
 	r.mu.Unlock()
 	if r.runCancel != nil {
 		r.runCancel(context.Canceled) // release the context's resources
+	}
+	if reg != nil {
+		reg.remove(r)
+	}
+	if r.opts.Terminal != nil {
+		r.opts.Terminal(r)
 	}
 	for _, h := range hooks {
 		h(r)

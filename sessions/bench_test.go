@@ -129,3 +129,99 @@ func BenchmarkRestartToStepRestarted(b *testing.B) {
 func startService(b *testing.B, st store.Store) *sessions.Service {
 	return startServiceWith(b, st, nil)
 }
+
+// BenchmarkCancelToRunCompleted measures an immediate stop through the
+// sessions service, on the memory store and on SQLite: a run streams a chunk
+// every 10 ms; right after its first chunk it gets a user.interrupt (cancel)
+// by run id, timed from the request to the commit of the write that appends
+// its session.run_completed. Reported: p50-us and p99-us of that,
+// answer-p50-us (the request to its accepted answer) and merged-% (the
+// stops whose event the run's end wrote in its own write).
+func BenchmarkCancelToRunCompleted(b *testing.B) {
+	b.Run("memory", func(b *testing.B) { benchCancel(b, memory.New()) })
+	b.Run("sqlite", func(b *testing.B) {
+		st, err := sqlite.Open(context.Background(), filepath.Join(b.TempDir(), "rein.db"), sqlite.Options{})
+		if err != nil {
+			b.Fatal(err)
+		}
+		benchCancel(b, st)
+	})
+}
+
+func benchCancel(b *testing.B, st store.Store) {
+	rs := newRecStore(st)
+	defer rs.Close()
+	rs.ends = make(chan runEnd, 16)
+	svc, err := reintest.Service("testdata/stopnow.yaml", rs, nil)
+	if err != nil {
+		b.Fatal(err)
+	}
+	ctx := context.Background()
+	if err := svc.Start(ctx); err != nil {
+		b.Fatal(err)
+	}
+	defer svc.Close()
+	lat := make([]time.Duration, 0, b.N)
+	answers := make([]time.Duration, 0, b.N)
+	merged := 0
+	b.ReportAllocs()
+	b.ResetTimer()
+	for range b.N {
+		b.StopTimer()
+		sess, err := svc.CreateSession(ctx, "alice", sessions.CreateSessionRequest{})
+		if err != nil {
+			b.Fatal(err)
+		}
+		key := sess.Key()
+		res, err := svc.SendMessage(ctx, key, sessions.MessageRequest{Text: "stream"})
+		if err != nil {
+			b.Fatal(err)
+		}
+		waitFirstDelta(b, svc, key, res.RunID)
+		b.StartTimer()
+		t0 := time.Now()
+		out, err := svc.Interrupt(ctx, key, sessions.InterruptRequest{RunID: &res.RunID, Mode: rein.StopCancel})
+		answered := time.Since(t0)
+		if err != nil || !out.Accepted {
+			b.Fatalf("stop: %+v %v", out, err)
+		}
+		for e := range rs.ends {
+			if e.run == res.RunID {
+				lat = append(lat, e.at.Sub(t0))
+				if e.withStop {
+					merged++
+				}
+				break
+			}
+		}
+		answers = append(answers, answered)
+	}
+	b.StopTimer()
+	slices.Sort(lat)
+	slices.Sort(answers)
+	b.ReportMetric(float64(lat[len(lat)/2].Nanoseconds())/1e3, "p50-us")
+	b.ReportMetric(float64(lat[len(lat)*99/100].Nanoseconds())/1e3, "p99-us")
+	b.ReportMetric(float64(answers[len(answers)/2].Nanoseconds())/1e3, "answer-p50-us")
+	b.ReportMetric(100*float64(merged)/float64(b.N), "merged-%")
+}
+
+// waitFirstDelta waits on the log for the run's first agent.message.delta.
+func waitFirstDelta(b *testing.B, svc *sessions.Service, key rein.SessionKey, runID string) {
+	ctx := context.Background()
+	last := int64(0)
+	for {
+		evs, _, err := svc.ReadEvents(ctx, key, last, 1000)
+		if err != nil {
+			b.Fatal(err)
+		}
+		for _, e := range evs {
+			if e.Type == rein.EventMessageDelta && e.RunID == runID {
+				return
+			}
+			last = e.Seq
+		}
+		if err := svc.WaitEvents(ctx, key, last); err != nil {
+			b.Fatal(err)
+		}
+	}
+}

@@ -130,24 +130,29 @@ func (s *Service) hold(rec *store.RunRecord, link trace.SpanContext) (*liveRun, 
 		return nil, err
 	}
 	lr.h = h
-	if !rec.Deadline.IsZero() {
-		// While it waits for its turn the handle is CREATED, and the run
-		// package arms deadlines only at Start. Armed before the run is
-		// visible to other goroutines, which read lr.expiry under lr.mu.
-		lr.expiry = time.AfterFunc(time.Until(rec.Deadline), func() { h.Expire() })
-	}
 	s.mu.Lock()
 	if _, dup := s.live[rec.ID]; dup {
 		s.mu.Unlock()
-		if lr.expiry != nil {
-			lr.expiry.Stop()
-		}
 		return nil, fmt.Errorf("sessions: run %s is already held", rec.ID)
 	}
 	s.live[rec.ID] = lr
 	lr.nextLocal = s.local[rec.Key()]
 	s.local[rec.Key()] = lr
 	s.mu.Unlock()
+	if !rec.Deadline.IsZero() {
+		// While it waits for its turn the handle is CREATED, and the run
+		// package arms deadlines only at Start. Armed once the run is in
+		// s.live: a deadline already past fires at once, and the handle's
+		// end must find it there to let go of it (else it stays held for
+		// ever, and Close waits for it). Under lr.mu, as lr.expiry is read;
+		// one who saw no timer yet needs none: Expire does nothing to a
+		// handle that has started.
+		lr.mu.Lock()
+		lr.mu.Lock()
+		lr.expiry = time.AfterFunc(time.Until(rec.Deadline), func() { h.Expire() })
+		lr.mu.Unlock()
+		lr.mu.Unlock()
+	}
 	if err := s.registry.Register(h); err != nil {
 		s.untrack(lr)
 		return nil, err

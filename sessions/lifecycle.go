@@ -29,8 +29,10 @@ import (
 //	saveStep  a step's assistant message + agent.tool_use + confirmations
 //	saveResult one tool result + agent.tool_result
 //	stop      user.interrupt + the durable stop request (a queued run not
-//	          held here is ended in the same write)
-//	end       the closing messages and events + terminal record + closed
+//	          held here is ended in the same write); of a run held here,
+//	          the user.interrupt alone (logStops), or within its end
+//	end       the user.interrupt of its stops still owed to the log + the
+//	          closing messages and events + terminal record + closed
 //	          confirmations + session.run_completed + lease release
 type lifecycle struct {
 	st             store.Store
@@ -42,6 +44,10 @@ type lifecycle struct {
 	exclusive bool
 	observe   func(time.Duration, int)
 }
+
+// activeStatuses are the statuses of a run that holds or waits for its
+// session's turn (one slice for every query, not one per call).
+var activeStatuses = []rein.RunStatus{rein.StatusRunning, rein.StatusQueued}
 
 // errNothing ends an Update that found nothing to write.
 var errNothing = errors.New("sessions: nothing to write")
@@ -88,7 +94,7 @@ func (lc *lifecycle) admit(ctx context.Context, key rein.SessionKey, req Message
 				return err
 			}
 		}
-		active, err := tx.Runs(rein.StatusRunning, rein.StatusQueued)
+		active, err := tx.Runs(activeStatuses...)
 		if err != nil {
 			return err
 		}
@@ -132,7 +138,9 @@ func (lc *lifecycle) admit(ctx context.Context, key rein.SessionKey, req Message
 		if req.Timeout > 0 {
 			rec.Deadline = now.Add(req.Timeout)
 		}
-		evs := []rein.Event{rein.NewEvent(rein.EventUserMessage, rec.ID, rein.UserMessagePayload{Text: req.Text, RunID: rec.ID})}
+		// The message and the run's start or its place in the queue.
+		evs := make([]rein.Event, 1, 2)
+		evs[0] = rein.NewEvent(rein.EventUserMessage, rec.ID, rein.UserMessagePayload{Text: req.Text, RunID: rec.ID})
 		if !busy {
 			l, err := tx.AcquireLease(lc.instance, rec.ID, lc.ttl)
 			if err != nil {
@@ -253,6 +261,11 @@ type claim struct {
 	inDoubtRun string
 }
 
+// executor says whether this instance executes a run (its Service).
+type executor interface {
+	executesHere(runID string) bool
+}
+
 // claimNext looks at the session's turn in the store and takes the next
 // step of its schedule, in one write:
 //   - the turn is held by a live lease: nothing; look again at its expiry;
@@ -263,10 +276,10 @@ type claim struct {
 //     this instance holds it (local) or its instance is gone.
 //
 // waiting lists the runs of the session this instance holds and waits to
-// claim; executing reports whether it executes a run; admitting is true
+// claim; here says whether it executes a run; admitting is true
 // while an admission on this instance may have stored a run it does not
 // hold yet (such a run must not be taken for one left by a lost instance).
-func (lc *lifecycle) claimNext(ctx context.Context, key rein.SessionKey, waiting []string, executing func(runID string) bool, admitting bool) (claim, error) {
+func (lc *lifecycle) claimNext(ctx context.Context, key rein.SessionKey, waiting []string, here executor, admitting bool) (claim, error) {
 	var c claim
 	err := lc.update(ctx, key, store.Fence{}, func(tx store.Tx) error {
 		c = claim{}
@@ -291,14 +304,14 @@ func (lc *lifecycle) claimNext(ctx context.Context, key rein.SessionKey, waiting
 			if len(c.gone) > 0 {
 				return nil // nothing written, but the handles must go
 			}
-			if !executing(lease.RunID) {
+			if !here.executesHere(lease.RunID) {
 				// Held elsewhere: look again when it would expire (its
 				// holder's end wakes nothing here).
 				c.wait = lease.ExpiresAt.Sub(now) + time.Millisecond
 			}
 			return errNothing
 		}
-		active, err := tx.Runs(rein.StatusRunning, rein.StatusQueued)
+		active, err := tx.Runs(activeStatuses...)
 		if err != nil {
 			return err
 		}
@@ -311,7 +324,7 @@ func (lc *lifecycle) claimNext(ctx context.Context, key rein.SessionKey, waiting
 		}
 		for _, r := range active {
 			if r.Status == rein.StatusRunning {
-				if executing(r.ID) {
+				if here.executesHere(r.ID) {
 					// Still ending here after its lease lapsed: its end
 					// (which writes nothing) wakes the pump.
 					return errNothing
@@ -411,7 +424,7 @@ func (lc *lifecycle) recoverLost(tx store.Tx, r *store.RunRecord, now time.Time,
 		if reason.HasReply() {
 			evs = append(evs, rein.NewEvent(rein.EventMessage, r.ID, rein.MessagePayload{RunID: r.ID, Text: "", Reason: reason, Usage: &r.Usage}))
 		}
-		_, err := lc.writeEnd(tx, r, endState{reason: reason, errText: errText, msgs: msgs, evs: evs, usage: r.Usage}, now, 0)
+		_, err := lc.writeEnd(tx, r, &endState{reason: reason, errText: errText, msgs: msgs, evs: evs, usage: r.Usage}, now, 0)
 		return err
 	}
 	// A run waiting for confirmations is not resumed or failed: it goes on
@@ -686,11 +699,16 @@ func (lc *lifecycle) stopRemote(ctx context.Context, key rein.SessionKey, runID 
 	return o, err
 }
 
-// logStop records a stop of a run held here as its handle decided it (an
-// accepted one is its announcement, logged before the run's end).
+// logStop records a stop of a run held here that its handle refused.
 func (lc *lifecycle) logStop(ctx context.Context, key rein.SessionKey, runID string, mode rein.StopMode, msg *string, accepted bool) error {
+	return lc.logStops(ctx, key, []rein.Event{interruptEvent(runID, mode, msg, accepted)})
+}
+
+// logStops appends the user.interrupt events of stops of a run held here
+// (accepted ones owed to the log: stoplog.go), in one write.
+func (lc *lifecycle) logStops(ctx context.Context, key rein.SessionKey, evs []rein.Event) error {
 	return lc.update(ctx, key, store.Fence{}, func(tx store.Tx) error {
-		_, err := tx.AppendEvents(interruptEvent(runID, mode, msg, accepted))
+		_, err := tx.AppendEvents(evs...)
 		return err
 	})
 }
@@ -713,38 +731,60 @@ type endState struct {
 	// msgs and evs are the loop's closing writes (Journal.Finish).
 	msgs []rein.Message
 	evs  []rein.Event
+	// stops are the user.interrupt events of the run's accepted stops
+	// still owed to the log, written first (stoplog.go).
+	stops []rein.Event
 }
 
 // end records a run's end in one write. fence and leaseToken are zero for
 // a run that never started here. It returns the terminal record it wrote,
 // or nil, writing nothing, when the run had already ended, or (unstarted)
-// was claimed elsewhere.
-func (lc *lifecycle) end(ctx context.Context, key rein.SessionKey, fence store.Fence, runID string, started bool, es endState) (*store.RunRecord, error) {
-	var ended *store.RunRecord
+// was claimed elsewhere. idle reports that the write left the session with
+// no queued or running run: its schedule has nothing to look at.
+func (lc *lifecycle) end(ctx context.Context, key rein.SessionKey, fence store.Fence, runID string, started bool, es endState) (*store.RunRecord, bool, error) {
+	// One variable for the write's state and results, not one each.
+	var out struct {
+		es    endState
+		ended *store.RunRecord
+		idle  bool
+	}
+	out.es = es
 	err := lc.update(ctx, key, fence, func(tx store.Tx) error {
-		ended = nil
+		out.ended, out.idle = nil, false
 		rec, err := tx.GetRun(runID)
 		if err != nil {
 			return err
 		}
 		if rec.Status.Terminal() || (!started && rec.Status != rein.StatusQueued) {
-			return errNothing
+			if len(out.es.stops) == 0 {
+				return errNothing
+			}
+			// The run's end is (or was) written by someone else: the
+			// stops owed are still logged, ahead of an end to come.
+			_, err := tx.AppendEvents(out.es.stops...)
+			return err
 		}
-		ended, err = lc.writeEnd(tx, rec, es, tx.Now(), fence.Token)
+		if out.ended, err = lc.writeEnd(tx, rec, &out.es, tx.Now(), fence.Token); err != nil {
+			return err
+		}
+		// Read here, in the write that frees the turn, rather than by a
+		// write of the schedule's own after it.
+		active, err := tx.Runs(activeStatuses...)
+		out.idle = len(active) == 0
 		return err
 	})
 	if errors.Is(err, errNothing) {
 		err = nil
 	}
 	if err != nil {
-		ended = nil
+		return nil, false, err
 	}
-	return ended, err
+	return out.ended, out.idle, nil
 }
 
 // endUnstarted ends a queued run that never ran.
 func (lc *lifecycle) endUnstarted(tx store.Tx, r *store.RunRecord, reason rein.Reason, now time.Time) error {
-	_, err := lc.writeEnd(tx, r, endState{reason: reason}, now, 0)
+	_, err := lc.writeEnd(tx, r, &endState{reason: reason}, now, 0)
 	return err
 }
 
@@ -752,7 +792,7 @@ func (lc *lifecycle) endUnstarted(tx store.Tx, r *store.RunRecord, reason rein.R
 // events, closed confirmations, the terminal record, session.run_completed
 // as the run's last event, and the lease released (leaseToken 0: none). It
 // returns the terminal record.
-func (lc *lifecycle) writeEnd(tx store.Tx, r *store.RunRecord, es endState, now time.Time, leaseToken int64) (*store.RunRecord, error) {
+func (lc *lifecycle) writeEnd(tx store.Tx, r *store.RunRecord, es *endState, now time.Time, leaseToken int64) (*store.RunRecord, error) {
 	if len(es.msgs) > 0 {
 		if err := tx.AppendHistory(es.msgs...); err != nil {
 			return nil, err
@@ -769,13 +809,16 @@ func (lc *lifecycle) writeEnd(tx store.Tx, r *store.RunRecord, es endState, now 
 		es.reason, es.errText, es.evs = rein.ReasonCancelled, "", withoutReply(es.evs)
 	}
 	status := es.reason.Status()
-	usage := es.usage
 	ended, err := tx.UpdateRun(r.ID, store.RunUpdate{Status: status, Reason: es.reason, Error: es.errText,
-		EndedAt: now, Usage: &usage, RolledBack: rolled})
+		EndedAt: now, Usage: &es.usage, RolledBack: rolled})
 	if err != nil {
 		return nil, err
 	}
-	evs := append(es.evs, rein.NewEvent(rein.EventRunCompleted, r.ID, rein.RunCompletedPayload{
+	evs := es.evs
+	if len(es.stops) > 0 {
+		evs = append(append(make([]rein.Event, 0, len(es.stops)+len(es.evs)+1), es.stops...), es.evs...)
+	}
+	evs = append(evs, rein.NewEvent(rein.EventRunCompleted, r.ID, rein.RunCompletedPayload{
 		RunID: r.ID, Status: status, Reason: es.reason, Error: es.errText, RolledBack: rolled}))
 	if _, err := tx.AppendEvents(evs...); err != nil {
 		return nil, err

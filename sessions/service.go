@@ -179,9 +179,13 @@ type Service struct {
 	closing  atomic.Bool    // Close, not Drain: runs are cancelled
 	wg       sync.WaitGroup // background loops
 
+	// parkOnStop is draining.Load as a func value, made once (each run's
+	// agent.Turn.ParkOnStop).
+	parkOnStop func() bool
+
 	mu    sync.Mutex
-	live  map[string]*liveRun                     // run id → run held here
-	local map[rein.SessionKey]map[string]*liveRun // the same, by session
+	live  map[string]*liveRun          // run id → run held here
+	local map[rein.SessionKey]*liveRun // the same, by session: a list through liveRun.nextLocal
 	pumps map[rein.SessionKey]*pump
 	// admits counts admissions in flight per session (see claimNext).
 	admits map[rein.SessionKey]int
@@ -253,7 +257,7 @@ func New(cfg Config) (*Service, error) {
 		ctx:        ctx,
 		stop:       stop,
 		live:       map[string]*liveRun{},
-		local:      map[rein.SessionKey]map[string]*liveRun{},
+		local:      map[rein.SessionKey]*liveRun{},
 		pumps:      map[rein.SessionKey]*pump{},
 		admits:     map[rein.SessionKey]int{},
 		claimStops: map[string]string{},
@@ -261,6 +265,7 @@ func New(cfg Config) (*Service, error) {
 		tracing:    spans.Enabled(cfg.TracerProvider),
 	}
 	s.probe = &probe{s: s, spans: spans.Agent{Tracer: s.tracer}}
+	s.parkOnStop = s.draining.Load
 	excl := false
 	if e, ok := cfg.Store.(store.Exclusive); ok {
 		excl = e.Exclusive()

@@ -78,21 +78,21 @@ func (s *Service) SendMessage(ctx context.Context, key rein.SessionKey, req Mess
 		return MessageResult{}, err
 	}
 	defer release()
-	done := s.admitting(key)
+	s.admitting(key)
 	a, err := s.life.admit(ctx, key, req)
 	if err != nil {
-		done()
+		s.admitDone(key)
 		if errors.Is(err, rein.ErrSessionBusy) {
 			s.cfg.Observer.AdmissionConflict()
 		}
 		return MessageResult{}, err
 	}
 	if a.repeat {
-		done()
+		s.admitDone(key)
 		return MessageResult{RunID: a.rec.ID, Status: s.statusOf(ctx, a.rec), Repeat: true, svc: s, key: key}, nil
 	}
 	_, err = s.trackAdmitted(ctx, a, req)
-	done()
+	s.admitDone(key)
 	if err != nil {
 		// The run is in the store: it is claimed like one left by a lost
 		// instance.
@@ -200,13 +200,18 @@ func (s *Service) Interrupt(ctx context.Context, key rein.SessionKey, req Interr
 	if req.RunID != nil && *req.RunID == "" {
 		return InterruptResult{}, rein.InvalidArgument("run_id", "run_id must be a non-empty string when present")
 	}
-	if _, err := s.st.GetSession(ctx, key); err != nil {
-		return InterruptResult{}, err
-	}
 	target := ""
 	if req.RunID != nil {
 		target = *req.RunID
-	} else {
+	}
+	// A run of the session held here proves that the session exists: its
+	// stop is not held back by reading the session first.
+	if lr := s.liveRun(target); lr == nil || lr.key() != key {
+		if _, err := s.st.GetSession(ctx, key); err != nil {
+			return InterruptResult{}, err
+		}
+	}
+	if req.RunID == nil {
 		runs, err := s.st.ListRuns(ctx, key)
 		if err != nil {
 			return InterruptResult{}, err
@@ -254,21 +259,21 @@ func (s *Service) Interrupt(ctx context.Context, key rein.SessionKey, req Interr
 }
 
 // stopLocal stops a run this instance executes or holds queued: the handle
-// decides, and the request is logged under its lock, before the run can
-// record its end. handled is false when the run is not held here, or when
-// the handle no longer takes stops (it is ending): the store decides then.
+// decides, and an accepted stop takes effect at once; its request is logged
+// right after, and the run's end, which may be written meanwhile, waits for
+// that append or makes it itself, ahead of the run's session.run_completed
+// (stoplog.go). accepted is answered once the request is logged. handled is
+// false when the run is not held here, or when the handle no longer takes
+// stops (it is ending): the store decides then.
 func (s *Service) stopLocal(ctx context.Context, key rein.SessionKey, target string, mode rein.StopMode, message *string) (accepted, handled bool, err error) {
 	lr := s.liveRun(target)
 	if lr == nil || lr.key() != key {
 		return false, false, nil
 	}
-	// The log write must not be cut short by the requester going away.
-	var logErr error
+	var note *stopNote
 	announce := func() {
 		lr.noteStop(string(mode))
-		actx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
-		defer cancel()
-		logErr = s.life.logStop(actx, key, target, mode, message, true)
+		note = lr.oweStop(mode, message)
 	}
 	msg := ""
 	if message != nil {
@@ -279,6 +284,9 @@ func (s *Service) stopLocal(ctx context.Context, key rein.SessionKey, target str
 	} else {
 		accepted = lr.h.CancelAnnounced(announce)
 	}
+	// The log write must not be cut short by the requester going away.
+	actx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
+	defer cancel()
 	if !accepted {
 		lr.mu.Lock()
 		lost := lr.lost
@@ -290,11 +298,9 @@ func (s *Service) stopLocal(ctx context.Context, key rein.SessionKey, target str
 		// A repeated stop of a run that is already stopping (or committed
 		// its reply): its record may still say RUNNING, so asking the store
 		// would wrongly accept it.
-		actx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
-		defer cancel()
 		return false, true, s.life.logStop(actx, key, target, mode, message, false)
 	}
-	return true, true, logErr
+	return true, true, s.logOwedStops(actx, lr, note)
 }
 
 // SupplementRequest is a user.supplement.

@@ -49,6 +49,7 @@ import (
 	"regexp"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"text/template"
 	"time"
 	"unicode/utf8"
@@ -81,6 +82,10 @@ type Model struct {
 	// onPause, when set (by tests), is called as a stream enters a pause,
 	// so a test can act "during the delay" without guessing with time.
 	onPause func()
+
+	// bufs holds the buffers replies are rendered into: a reply is kept
+	// as a string, so its buffer serves the next request.
+	bufs sync.Pool
 }
 
 type rule struct {
@@ -198,21 +203,38 @@ func (m *Model) Stream(ctx context.Context, req *model.Request) (model.Stream, e
 	st := &r.steps[min(stepNo, len(r.steps))-1]
 	data := newTemplateData(req, stepNo)
 
-	var text bytes.Buffer
+	reply := ""
 	if st.text != nil {
-		if err := st.text.Execute(&text, data); err != nil {
+		text, _ := m.bufs.Get().(*bytes.Buffer)
+		if text == nil {
+			text = new(bytes.Buffer)
+		}
+		text.Reset()
+		err := st.text.Execute(text, data)
+		reply = text.String()
+		m.bufs.Put(text)
+		if err != nil {
 			return nil, fmt.Errorf("%s: %s.text: %w", m.name, st.path, err)
 		}
 	}
-	s := &stream{ctx: ctx, delay: st.chunkDelay, onPause: m.onPause, closed: make(chan struct{})}
-	for _, part := range splitRunes(text.String(), st.chunks) {
-		s.chunks = append(s.chunks, model.Chunk{Kind: model.ChunkText, Text: part})
+	s := &stream{ctx: ctx, delay: st.chunkDelay, onPause: m.onPause}
+	if s.delay > 0 {
+		// Only a pause waits on Close.
+		s.closed = make(chan struct{})
 	}
+	outRunes := utf8.RuneCountInString(reply)
+	// The text parts, the tool calls, usage and finish: in the stream's
+	// own array when they fit (a one-chunk reply), else one allocation.
+	if n := min(max(st.chunks, 1), outRunes) + len(st.toolCalls) + 2; n > len(s.own) {
+		s.chunks = make([]model.Chunk, 0, n)
+	} else {
+		s.chunks = s.own[:0]
+	}
+	s.chunks = appendTextChunks(s.chunks, reply, st.chunks)
 	if st.err != "" {
 		s.err = &StepError{Message: st.err}
 		return s, nil
 	}
-	outRunes := utf8.RuneCount(text.Bytes())
 	for i, tc := range st.toolCalls {
 		var in bytes.Buffer
 		if err := tc.input.render(&in, data); err != nil {
@@ -222,8 +244,8 @@ func (m *Model) Stream(ctx context.Context, req *model.Request) (model.Stream, e
 		call := &rein.ToolCall{ID: id.New(id.ToolUse), Name: tc.name, Input: json.RawMessage(in.Bytes())}
 		s.chunks = append(s.chunks, model.Chunk{Kind: model.ChunkToolCall, ToolCall: call})
 	}
-	usage := &rein.Usage{InputTokens: estimateTokens(inputRunes(req)), OutputTokens: estimateTokens(outRunes)}
-	s.chunks = append(s.chunks, model.Chunk{Kind: model.ChunkUsage, Usage: usage})
+	s.usage = rein.Usage{InputTokens: estimateTokens(inputRunes(req)), OutputTokens: estimateTokens(outRunes)}
+	s.chunks = append(s.chunks, model.Chunk{Kind: model.ChunkUsage, Usage: &s.usage})
 	finish := model.FinishStop
 	if len(st.toolCalls) > 0 {
 		finish = model.FinishToolCalls
@@ -253,13 +275,25 @@ func estimateTokens(runes int) int64 { return int64(max(runes/4, 1)) }
 // equal rune counts; the first len%n parts are one rune longer. Empty s
 // gives no parts.
 func splitRunes(s string, n int) []string {
+	var parts []string
+	forParts(s, n, func(part string) { parts = append(parts, part) })
+	return parts
+}
+
+// appendTextChunks appends the text chunks of splitRunes(s, n) to chunks.
+func appendTextChunks(chunks []model.Chunk, s string, n int) []model.Chunk {
+	forParts(s, n, func(part string) { chunks = append(chunks, model.Chunk{Kind: model.ChunkText, Text: part}) })
+	return chunks
+}
+
+// forParts calls f with each part of splitRunes(s, n), in order.
+func forParts(s string, n int, f func(string)) {
 	total := utf8.RuneCountInString(s)
 	if total == 0 {
-		return nil
+		return
 	}
 	n = min(max(n, 1), total)
 	size, extra := total/n, total%n
-	parts := make([]string, 0, n)
 	for i := range n {
 		want := size
 		if i < extra {
@@ -270,10 +304,9 @@ func splitRunes(s string, n int) []string {
 			_, w := utf8.DecodeRuneInString(s[end:])
 			end += w
 		}
-		parts = append(parts, s[:end])
+		f(s[:end])
 		s = s[end:]
 	}
-	return parts
 }
 
 func abbreviate(s string, n int) string {
@@ -310,16 +343,18 @@ type stream struct {
 	next   int
 
 	onPause func()
+	usage   rein.Usage
+	own     [4]model.Chunk
 
-	closeOnce sync.Once
-	closed    chan struct{}
+	// done is set by Close; closed (made only for a stream with pauses)
+	// is closed with it, to end a pause at once.
+	done   atomic.Bool
+	closed chan struct{}
 }
 
 func (s *stream) Recv() (model.Chunk, error) {
-	select {
-	case <-s.closed:
+	if s.done.Load() {
 		return model.Chunk{}, errClosed
-	default:
 	}
 	if err := ctxError(s.ctx); err != nil {
 		return model.Chunk{}, err
@@ -351,6 +386,8 @@ func (s *stream) Recv() (model.Chunk, error) {
 
 // Close ends the stream; a Recv blocked in a pause returns at once.
 func (s *stream) Close() error {
-	s.closeOnce.Do(func() { close(s.closed) })
+	if s.done.CompareAndSwap(false, true) && s.closed != nil {
+		close(s.closed)
+	}
 	return nil
 }
