@@ -148,9 +148,7 @@ func (s *Service) hold(rec *store.RunRecord, link trace.SpanContext) (*liveRun, 
 		// one who saw no timer yet needs none: Expire does nothing to a
 		// handle that has started.
 		lr.mu.Lock()
-		lr.mu.Lock()
 		lr.expiry = time.AfterFunc(time.Until(rec.Deadline), func() { h.Expire() })
-		lr.mu.Unlock()
 		lr.mu.Unlock()
 	}
 	if err := s.registry.Register(h); err != nil {
