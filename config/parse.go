@@ -32,6 +32,15 @@ type parser struct {
 	// invalid name is reported once, not again by every tools entry that
 	// uses it).
 	servers map[string]bool
+	// merged are the entries each merge source gave at a path, read once:
+	// aliases let a few lines merge the same mapping exponentially many
+	// times (a "billion laughs"), which must cost no more than once.
+	merged map[mergeKey][]entry
+}
+
+type mergeKey struct {
+	src  *yaml.Node
+	path string
 }
 
 func (p *parser) errorf(n *yaml.Node, format string, args ...any) {
@@ -238,7 +247,15 @@ func (p *parser) mappingIn(n *yaml.Node, path, what string, known []string, visi
 				p.errorf(src, "%s: a merge (<<) includes the mapping it is in", orTop(path))
 				continue
 			}
-			merged, _ := p.mappingIn(src, path, what, known, visiting)
+			k := mergeKey{src, path}
+			merged, done := p.merged[k]
+			if !done {
+				merged, _ = p.mappingIn(src, path, what, known, visiting)
+				if p.merged == nil {
+					p.merged = map[mergeKey][]entry{}
+				}
+				p.merged[k] = merged
+			}
 			for _, e := range merged {
 				if _, dup := have[e.name]; !dup {
 					have[e.name] = e.key.Line

@@ -26,9 +26,11 @@ func LoadTokens(path string) (map[string]string, error) {
 
 // ParseTokens reads "TOKEN OWNER" pairs, one per line, separated by spaces
 // or tabs. Blank lines and lines starting with '#' (after leading space)
-// are skipped. A malformed line, a repeated token or a file with no token
-// at all is an error naming the file (name) and the line, so a mistake
-// can never quietly leave the server open or lock a user out.
+// are skipped, and so is a byte-order mark at the start of a line. A
+// malformed line (a control character in a word included), a repeated
+// token or a file with no token at all is an error naming the file (name)
+// and the line, so a mistake can never quietly leave the server open or
+// lock a user out.
 func ParseTokens(name string, r io.Reader) (map[string]string, error) {
 	tokens := map[string]string{}
 	sc := bufio.NewScanner(r)
@@ -36,13 +38,22 @@ func ParseTokens(name string, r io.Reader) (map[string]string, error) {
 	line := 0
 	for sc.Scan() {
 		line++
-		text := strings.TrimSpace(sc.Text())
+		// A byte-order mark is an editor's (at the start of each file that
+		// was joined into this one), never part of a token.
+		text := strings.TrimSpace(strings.TrimPrefix(sc.Text(), "\uFEFF"))
 		if text == "" || strings.HasPrefix(text, "#") {
 			continue
 		}
 		fields := strings.Fields(text)
 		if len(fields) != 2 {
 			return nil, fmt.Errorf("%s:%d: want \"TOKEN OWNER\", got %d fields", name, line, len(fields))
+		}
+		// A token travels in an HTTP header, which cannot carry a control
+		// character: such a token could never be presented.
+		for _, w := range fields {
+			if i := strings.IndexFunc(w, func(r rune) bool { return r < ' ' || r == 0x7f }); i >= 0 {
+				return nil, fmt.Errorf("%s:%d: a token or owner holds the control character %q", name, line, w[i])
+			}
 		}
 		tok, owner := fields[0], fields[1]
 		if _, dup := tokens[tok]; dup {

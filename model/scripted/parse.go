@@ -51,7 +51,19 @@ var templateFields = []string{"Input", "Step", "Hints", "ToolResult", "System", 
 // by the same parser: YAML is a superset of it).
 type parser struct {
 	file string
+	// open are the input mappings and lists being read: the current one
+	// and those it is inside. An alias to one of them would make an
+	// endless input.
+	open map[*yaml.Node]bool
+	// inputValues counts the values of tool-call inputs read so far:
+	// aliases let a few lines expand to exponentially many.
+	inputValues int
 }
+
+// maxInputValues bounds the values of all tool-call inputs of a script,
+// aliases expanded: far above what a script writes, far below what would
+// exhaust memory or make every request slow to render.
+const maxInputValues = 1 << 16
 
 func (p *parser) errorf(n *yaml.Node, path, format string, args ...any) error {
 	e := &ParseError{File: p.file, Path: path, Msg: fmt.Sprintf(format, args...)}
@@ -485,6 +497,19 @@ const (
 
 func (p *parser) inputValue(n *yaml.Node, path string) (*inputValue, error) {
 	n = resolve(n)
+	if p.open[n] {
+		return nil, p.errorf(n, path, "an alias here includes the value it is in: the input would never end")
+	}
+	if p.inputValues++; p.inputValues > maxInputValues {
+		return nil, p.errorf(n, path, "tool call inputs hold more than %d values (an alias counts its value each time it is used)", maxInputValues)
+	}
+	if n.Kind == yaml.MappingNode || n.Kind == yaml.SequenceNode {
+		if p.open == nil {
+			p.open = map[*yaml.Node]bool{}
+		}
+		p.open[n] = true
+		defer delete(p.open, n)
+	}
 	switch n.Kind {
 	case yaml.MappingNode:
 		v := &inputValue{kind: inputObject}
