@@ -23,21 +23,11 @@ import (
 // slowLoad blocks the next GetSession once armed, until released.
 type slowLoad struct {
 	store.Store
-	mu      sync.Mutex
-	armed   bool
-	entered chan struct{}
-	release chan struct{}
+	oneShot
 }
 
 func (s *slowLoad) GetSession(ctx context.Context, key rein.SessionKey) (*store.Session, error) {
-	s.mu.Lock()
-	armed := s.armed
-	s.armed = false
-	s.mu.Unlock()
-	if armed {
-		close(s.entered)
-		<-s.release
-	}
+	s.pass()
 	return s.Store.GetSession(ctx, key)
 }
 
@@ -46,12 +36,10 @@ func TestRegressionInterruptBeforeLoad(t *testing.T) {
 	for _, how := range []string{"when_busy", "user.interrupt"} {
 		t.Run(how, func(t *testing.T) {
 			t.Parallel()
-			st := &slowLoad{Store: memory.New(), entered: make(chan struct{}), release: make(chan struct{})}
+			st := &slowLoad{Store: memory.New(), oneShot: newOneShot()}
 			f := newFixture(t, st)
 			f.newSession()
-			st.mu.Lock()
-			st.armed = true
-			st.mu.Unlock()
+			st.arm()
 			a := f.send("block A", "")
 			<-st.entered // A is RUNNING and its execute is loading the session
 			if how == "when_busy" {
@@ -154,41 +142,68 @@ func TestRegressionRollbackOverwrittenByMessage(t *testing.T) {
 	f.stop(nil, "")
 }
 
-// holdEnd blocks, once armed, the next run end (lifecycle.end's Update,
-// before it takes the store's lock), until released.
-type holdEnd struct {
-	store.Store
+// oneShot holds the first caller to pass after it was armed until
+// release is closed (or 10 s pass); entered is closed when it does.
+type oneShot struct {
 	mu      sync.Mutex
 	armed   bool
 	entered chan struct{}
 	release chan struct{}
 }
 
-func (h *holdEnd) Update(ctx context.Context, key rein.SessionKey, fence store.Fence, fn func(tx store.Tx) error) error {
-	pcs := make([]uintptr, 32)
-	frames := runtime.CallersFrames(pcs[:runtime.Callers(2, pcs)])
-	isEnd := false
-	for {
-		f, more := frames.Next()
-		if strings.HasSuffix(f.Function, "(*lifecycle).end") {
-			isEnd = true
-		}
-		if !more {
-			break
+func newOneShot() oneShot {
+	return oneShot{entered: make(chan struct{}), release: make(chan struct{})}
+}
+
+func (o *oneShot) arm() {
+	o.mu.Lock()
+	o.armed = true
+	o.mu.Unlock()
+}
+
+// pass blocks if the shot is armed, disarming it.
+func (o *oneShot) pass() {
+	o.mu.Lock()
+	block := o.armed
+	o.armed = false
+	o.mu.Unlock()
+	if block {
+		close(o.entered)
+		select {
+		case <-o.release:
+		case <-time.After(10 * time.Second):
 		}
 	}
-	if isEnd {
-		h.mu.Lock()
-		block := h.armed
-		h.armed = false
-		h.mu.Unlock()
-		if block {
-			close(h.entered)
-			select {
-			case <-h.release:
-			case <-time.After(10 * time.Second):
-			}
+}
+
+// calledFrom reports whether fn (a function name's suffix, e.g.
+// "(*lifecycle).end") is on the caller's stack.
+func calledFrom(fn string) bool {
+	pcs := make([]uintptr, 32)
+	frames := runtime.CallersFrames(pcs[:runtime.Callers(3, pcs)])
+	for {
+		f, more := frames.Next()
+		if strings.HasSuffix(f.Function, fn) {
+			return true
 		}
+		if !more {
+			return false
+		}
+	}
+}
+
+// holdEnd blocks, once armed, the next run end (lifecycle.end's Update,
+// before it takes the store's lock), until released.
+type holdEnd struct {
+	store.Store
+	oneShot
+}
+
+func newHoldEnd() *holdEnd { return &holdEnd{Store: memory.New(), oneShot: newOneShot()} }
+
+func (h *holdEnd) Update(ctx context.Context, key rein.SessionKey, fence store.Fence, fn func(tx store.Tx) error) error {
+	if calledFrom("(*lifecycle).end") {
+		h.pass()
 	}
 	return h.Store.Update(ctx, key, fence, fn)
 }
@@ -197,7 +212,7 @@ func (h *holdEnd) Update(ctx context.Context, key rein.SessionKey, fence store.F
 // end not yet written): the run ends COMPLETED/stop with rolled_back=true.
 func TestRegressionRollbackOfCommittedRun(t *testing.T) {
 	t.Parallel()
-	hs := &holdEnd{Store: memory.New(), entered: make(chan struct{}), release: make(chan struct{})}
+	hs := newHoldEnd()
 	hold := &holdTool{gates: map[string]chan struct{}{}, calls: map[string]int{}}
 	svc, err := reintest.ServiceWithTools("testdata/property.yaml", hs, nil, hold)
 	if err != nil {
@@ -209,9 +224,7 @@ func TestRegressionRollbackOfCommittedRun(t *testing.T) {
 	f.newSession()
 	a := f.send("hold A", "")
 	f.waitEvent(func(e rein.Event) bool { return e.Type == rein.EventToolUse && e.RunID == a.RunID })
-	hs.mu.Lock()
-	hs.armed = true // block A's end write
-	hs.mu.Unlock()
+	hs.arm() // block A's end write
 	hold.release(a.RunID)
 	select { // A's loop has returned: its reply is committed, its end not written
 	case <-hs.entered:
@@ -234,25 +247,11 @@ func TestRegressionRollbackOfCommittedRun(t *testing.T) {
 // started.
 type holdClaim struct {
 	store.Store
-	mu      sync.Mutex
-	armed   bool
-	entered chan struct{}
-	release chan struct{}
+	oneShot
 }
 
 func (h *holdClaim) Update(ctx context.Context, key rein.SessionKey, fence store.Fence, fn func(tx store.Tx) error) error {
-	pcs := make([]uintptr, 32)
-	frames := runtime.CallersFrames(pcs[:runtime.Callers(2, pcs)])
-	isClaim := false
-	for {
-		f, more := frames.Next()
-		if strings.HasSuffix(f.Function, "(*lifecycle).claimNext") {
-			isClaim = true
-		}
-		if !more {
-			break
-		}
-	}
+	isClaim := calledFrom("(*lifecycle).claimNext")
 	started := false
 	err := h.Store.Update(ctx, key, fence, func(tx store.Tx) error {
 		if err := fn(tx); err != nil {
@@ -265,17 +264,7 @@ func (h *holdClaim) Update(ctx context.Context, key rein.SessionKey, fence store
 		return nil
 	})
 	if err == nil && started {
-		h.mu.Lock()
-		block := h.armed
-		h.armed = false
-		h.mu.Unlock()
-		if block {
-			close(h.entered)
-			select {
-			case <-h.release:
-			case <-time.After(10 * time.Second):
-			}
-		}
+		h.pass()
 	}
 	return err
 }
@@ -284,7 +273,7 @@ func (h *holdClaim) Update(ctx context.Context, key rein.SessionKey, fence store
 // before its handle started, ends it CANCELLED/cancelled.
 func TestRegressionInterruptJustClaimed(t *testing.T) {
 	t.Parallel()
-	hc := &holdClaim{Store: memory.New(), entered: make(chan struct{}), release: make(chan struct{})}
+	hc := &holdClaim{Store: memory.New(), oneShot: newOneShot()}
 	hold := &holdTool{gates: map[string]chan struct{}{}, calls: map[string]int{}}
 	svc, err := reintest.ServiceWithTools("testdata/property.yaml", hc, nil, hold)
 	if err != nil {
@@ -298,9 +287,7 @@ func TestRegressionInterruptJustClaimed(t *testing.T) {
 	a := f.send("hold A", "")
 	f.waitEvent(func(e rein.Event) bool { return e.Type == rein.EventToolUse && e.RunID == a.RunID })
 	b := f.send("hold B", "enqueue")
-	hc.mu.Lock()
-	hc.armed = true
-	hc.mu.Unlock()
+	hc.arm()
 	hold.release(a.RunID)
 	select {
 	case <-hc.entered: // B is RUNNING in the store, its run_started logged
@@ -338,7 +325,7 @@ func TestRegressionRepeatedStopWhileEnding(t *testing.T) {
 	for _, second := range []string{"cancel", "interrupt"} {
 		t.Run(second, func(t *testing.T) {
 			t.Parallel()
-			hs := &holdEnd{Store: memory.New(), entered: make(chan struct{}), release: make(chan struct{})}
+			hs := newHoldEnd()
 			hold := &holdTool{gates: map[string]chan struct{}{}, calls: map[string]int{}}
 			svc, err := reintest.ServiceWithTools("testdata/property.yaml", hs, nil, hold)
 			if err != nil {
@@ -350,9 +337,7 @@ func TestRegressionRepeatedStopWhileEnding(t *testing.T) {
 			f.newSession()
 			a := f.send("hold A", "")
 			f.waitEvent(func(e rein.Event) bool { return e.Type == rein.EventToolUse && e.RunID == a.RunID })
-			hs.mu.Lock()
-			hs.armed = true // hold A's end write
-			hs.mu.Unlock()
+			hs.arm() // hold A's end write
 			if r := f.stop(&a.RunID, "cancel"); !r.Accepted {
 				t.Fatalf("first stop: %+v", r)
 			}
@@ -407,7 +392,7 @@ func (r *renewLost) RenewLease(ctx context.Context, l *store.Lease, ttl time.Dur
 // is written, and nothing says the lease was lost.
 func TestRegressionRenewalDuringEndIsNotLeaseLoss(t *testing.T) {
 	t.Parallel()
-	hs := &holdEnd{Store: memory.New(), entered: make(chan struct{}), release: make(chan struct{})}
+	hs := newHoldEnd()
 	st := &renewLost{holdEnd: hs, renewed: make(chan struct{})}
 	hold := &holdTool{gates: map[string]chan struct{}{}, calls: map[string]int{}}
 	var logs regressLog
@@ -426,9 +411,7 @@ func TestRegressionRenewalDuringEndIsNotLeaseLoss(t *testing.T) {
 	f.newSession()
 	a := f.send("hold A", "")
 	f.waitEvent(func(e rein.Event) bool { return e.Type == rein.EventToolUse && e.RunID == a.RunID })
-	hs.mu.Lock()
-	hs.armed = true
-	hs.mu.Unlock()
+	hs.arm()
 	hold.release(a.RunID)
 	select {
 	case <-hs.entered:
