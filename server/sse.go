@@ -28,40 +28,70 @@ const sseWriteTimeout = 30 * time.Second
 // exactly where the client's last frame ended. Closing the stream only ends
 // this loop; no run is touched (rule 3).
 func (s *Server) streamEvents(w http.ResponseWriter, r *http.Request) {
+	st := s.openStream(w, r)
+	if st == nil {
+		return
+	}
+	defer st.close()
+	st.run()
+}
+
+// stream is one open event stream. Its state lives here, not in locals,
+// and the loop that waits is a small function of its own: an idle stream
+// parks its goroutine in that loop for minutes or hours, and the runtime
+// shrinks a parked goroutine's stack only to a size its frames fit in a
+// quarter of, so every byte of frame on that path is paid per open stream.
+type stream struct {
+	s      *Server
+	w      http.ResponseWriter
+	r      *http.Request
+	rc     *http.ResponseController
+	info   *reqInfo
+	key    rein.SessionKey
+	ctx    context.Context
+	cancel context.CancelFunc
+	// closing is closed when the server closes its streams.
+	closing chan struct{}
+	stop    func() bool
+	cursor  int64
+	last    int64
+	evs     []rein.Event
+	buf     bytes.Buffer
+}
+
+// openStream checks the request, reads the first page and sends the
+// headers; nil means the request was answered (an error) or the client
+// is gone.
+func (s *Server) openStream(w http.ResponseWriter, r *http.Request) *stream {
 	key := sessionKey(r)
 	info := infoOf(r.Context())
 	info.stream = true
 	cursor, err := streamCursor(r)
 	if err != nil {
 		s.writeError(w, r, err, nil)
-		return
+		return nil
 	}
 	// The first page doubles as the existence check, so a missing (or
 	// another owner's) session is a plain 404 before any stream starts.
 	evs, last, err := s.svc.ReadEvents(r.Context(), key, cursor, ssePage)
 	if err != nil {
 		s.writeError(w, r, err, nil)
-		return
+		return nil
 	}
 	// After the existence check, so a 429 never tells a missing session
 	// from one that exists.
 	if err := s.admitStream(key.Owner); err != nil {
 		s.writeError(w, r, err, nil)
-		return
+		return nil
 	}
-	defer s.releaseStream(key.Owner)
 	s.metrics.sseSubscribers.Inc()
-	defer s.metrics.sseSubscribers.Dec()
-
+	st := &stream{s: s, w: w, r: r, rc: http.NewResponseController(w), info: info, key: key,
+		cursor: cursor, last: last, evs: evs, closing: make(chan struct{})}
 	// The stream lives until the client goes or the server closes
 	// streams; it never lives longer than either.
-	ctx, cancel := context.WithCancel(r.Context())
-	defer cancel()
-	closing := make(chan struct{})
-	stop := context.AfterFunc(s.streams, func() { close(closing); cancel() })
-	defer stop()
+	st.ctx, st.cancel = context.WithCancel(r.Context())
+	st.stop = context.AfterFunc(s.streams, func() { close(st.closing); st.cancel() })
 
-	rc := http.NewResponseController(w)
 	h := w.Header()
 	h.Set("Content-Type", "text/event-stream")
 	h.Set("Cache-Control", "no-cache")
@@ -69,42 +99,79 @@ func (s *Server) streamEvents(w http.ResponseWriter, r *http.Request) {
 	w.WriteHeader(http.StatusOK)
 	// Headers go out at once: a client knows the stream is up before the
 	// first event, and everything after its cursor is in what follows.
-	if err := flush(rc); err != nil {
-		return
+	if err := flush(st.rc); err != nil {
+		st.close()
+		return nil
 	}
-	var buf bytes.Buffer
+	return st
+}
+
+func (st *stream) close() {
+	st.stop()
+	st.cancel()
+	st.s.metrics.sseSubscribers.Dec()
+	st.s.releaseStream(st.key.Owner)
+}
+
+// run writes what the log holds after the cursor, waits for more, and
+// again, until the client goes or the server closes streams.
+func (st *stream) run() {
 	for {
-		if len(evs) > 0 {
-			buf.Reset()
-			for _, e := range evs {
-				if err := writeFrame(&buf, e); err != nil {
-					s.log.Error("encode event for stream", "request_id", info.id, "session", key.ID, "seq", e.Seq, "err", err)
-					return
-				}
-				cursor = e.Seq
-			}
-			if err := writeOut(rc, w, buf.Bytes()); err != nil {
-				return
-			}
+		if len(st.evs) > 0 && !st.send() {
+			return
 		}
-		if cursor < last {
+		if st.cursor < st.last {
 			// More than a page behind: read on without waiting.
-		} else if err := s.waitOrBeat(ctx, rc, w, key, cursor); err != nil {
-			select {
-			case <-closing:
-				s.finalCatchUp(r.Context(), rc, w, key, cursor)
-			default:
-				if ctx.Err() == nil {
-					s.log.Warn("event stream ended", "request_id", info.id, "session", key.ID, "err", err)
-				}
-			}
+		} else if err := st.s.waitOrBeat(st.ctx, st.rc, st.w, st.key, st.cursor); err != nil {
+			st.ended(err)
 			return
 		}
-		if evs, last, err = s.svc.ReadEvents(ctx, key, cursor, ssePage); err != nil {
-			if ctx.Err() == nil {
-				s.log.Warn("event stream read failed", "request_id", info.id, "session", key.ID, "err", err)
-			}
+		if !st.read() {
 			return
+		}
+	}
+}
+
+// send writes st.evs as frames and moves the cursor past them.
+func (st *stream) send() bool {
+	st.buf.Reset()
+	for _, e := range st.evs {
+		if err := writeFrame(&st.buf, e); err != nil {
+			st.s.log.Error("encode event for stream", "request_id", st.info.id, "session", st.key.ID, "seq", e.Seq, "err", err)
+			return false
+		}
+		st.cursor = e.Seq
+	}
+	st.evs = nil
+	if st.buf.Cap() > 64<<10 {
+		// A long replay's buffer is not kept for an idle stream.
+		st.buf = bytes.Buffer{}
+	}
+	return writeOut(st.rc, st.w, st.buf.Bytes()) == nil
+}
+
+// read takes the next page after the cursor.
+func (st *stream) read() bool {
+	var err error
+	if st.evs, st.last, err = st.s.svc.ReadEvents(st.ctx, st.key, st.cursor, ssePage); err != nil {
+		if st.ctx.Err() == nil {
+			st.s.log.Warn("event stream read failed", "request_id", st.info.id, "session", st.key.ID, "err", err)
+		}
+		return false
+	}
+	return true
+}
+
+// ended handles the end of a wait: the server closing streams gets the
+// client what the log gained since the last frame; anything but the client
+// leaving is logged.
+func (st *stream) ended(err error) {
+	select {
+	case <-st.closing:
+		st.s.finalCatchUp(st.r.Context(), st.rc, st.w, st.key, st.cursor)
+	default:
+		if st.ctx.Err() == nil {
+			st.s.log.Warn("event stream ended", "request_id", st.info.id, "session", st.key.ID, "err", err)
 		}
 	}
 }
