@@ -451,3 +451,78 @@ func (s *regressLog) String() string {
 	defer s.mu.Unlock()
 	return s.b.String()
 }
+
+// answerDuringCheck answers a confirmation (through answer) while the run
+// checks for the second time whether it is answered — the loop's last
+// look before it parks — once armed, and returns what the check read
+// before the answer.
+type answerDuringCheck struct {
+	store.Store
+	mu     sync.Mutex
+	armed  bool
+	checks int
+	answer func(toolUseID string)
+}
+
+func (s *answerDuringCheck) GetConfirmation(ctx context.Context, key rein.SessionKey, toolUseID string) (*store.Confirmation, error) {
+	c, err := s.Store.GetConfirmation(ctx, key, toolUseID)
+	s.mu.Lock()
+	fire := false
+	if s.armed && err == nil && c.State == store.ConfirmationPending && calledFrom("(*pendingConfirmation).Answered") {
+		s.checks++
+		fire = s.checks == 2
+	}
+	if fire {
+		s.armed = false
+	}
+	s.mu.Unlock()
+	if fire {
+		done := make(chan struct{})
+		go func() { defer close(done); s.answer(toolUseID) }()
+		<-done
+	}
+	return c, err
+}
+
+// An answer that reached the run's in-process waiter just as the run
+// parked (its last look said "no answer yet") resumes the run, which runs
+// the allowed call: the waiter's memory of the answer does not make the
+// resumed run's confirmation a conflict. Seen: the resumed run failed
+// "open confirmation: conflict: tool call … was already confirmed or
+// closed".
+func TestRegressionAnswerAsRunParks(t *testing.T) {
+	t.Parallel()
+	st := &answerDuringCheck{Store: memory.New()}
+	f := newFixture(t, st)
+	f.newSession()
+	st.answer = func(id string) {
+		if _, err := f.svc.ConfirmTool(context.Background(), f.key, sessions.ConfirmRequest{ToolUseID: id, Allow: true}); err != nil {
+			t.Errorf("confirm: %v", err)
+		}
+	}
+	st.mu.Lock()
+	st.armed = true
+	st.mu.Unlock()
+	a := f.send("note first", "")
+	p := f.completed(a.RunID)
+	if p.Status != rein.StatusCompleted || p.Reason != rein.ReasonStop {
+		t.Fatalf("run ended %s/%s %q, want COMPLETED/stop", p.Status, p.Reason, p.Error)
+	}
+	st.mu.Lock()
+	fired := !st.armed
+	st.mu.Unlock()
+	if !fired {
+		t.Fatal("the answer was never given during the check: the test did not test the race")
+	}
+	for _, e := range f.all() {
+		if e.Type == rein.EventToolResult && e.RunID == a.RunID {
+			var r rein.ToolResultPayload
+			if err := json.Unmarshal(e.Payload, &r); err != nil {
+				t.Fatal(err)
+			}
+			if r.IsError {
+				t.Errorf("the allowed call's result is an error: %q", r.Output)
+			}
+		}
+	}
+}

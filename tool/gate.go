@@ -85,6 +85,7 @@ type Pending struct {
 	// Guarded by g.mu.
 	state    pendingState
 	decision Decision
+	released bool
 	settled  chan struct{} // closed when state leaves pendingOpen
 }
 
@@ -160,19 +161,45 @@ func (p *Pending) Close() {
 	}
 }
 
-// Release ends the confirmation without a decision and without remembering
-// its id, so that it can be opened again: the call still waits, but no
-// longer here (its run parked, to be taken up later or elsewhere). A Wait
-// in progress returns an error. Idempotent, and harmless after a decision.
+// Release lets go of the confirmation without remembering its id, so that
+// it can be opened again: the call still waits, but no longer here (its run
+// parked, to be taken up later or elsewhere). An open one ends without a
+// decision (a Wait in progress returns an error). A decision already
+// delivered is forgotten too: a caller that releases keeps its decisions
+// elsewhere (a store) and reads them there when it opens the id again — a
+// run that parked just as its answer was delivered here is taken up again
+// and must be able to open it. Idempotent.
 func (p *Pending) Release() {
 	p.g.mu.Lock()
 	defer p.g.mu.Unlock()
 	if p.state != pendingOpen {
+		if !p.released {
+			// Once: a later Release must not forget a newer Pending's answer.
+			p.released = true
+			p.g.forgetLocked(p.key)
+		}
 		return
 	}
+	p.released = true
 	p.state = pendingClosed
 	close(p.settled)
 	delete(p.g.open, p.key)
+}
+
+// forgetLocked drops what the Gate remembers of k's answer or close.
+func (g *Gate) forgetLocked(k gateKey) {
+	el, ok := g.done[k]
+	if !ok {
+		return
+	}
+	g.order.Remove(el)
+	delete(g.done, k)
+	if s := g.bySess[k.session]; s != nil {
+		delete(s, k.id)
+		if len(s) == 0 {
+			delete(g.bySess, k.session)
+		}
+	}
 }
 
 // Resolve delivers a human's decision. rein.ErrNotFound if the id was never

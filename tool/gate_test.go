@@ -290,3 +290,37 @@ func TestReleaseAllowsReopen(t *testing.T) {
 		t.Fatalf("%+v %v", d, err)
 	}
 }
+
+// A decision delivered just before Release is forgotten with it, so the id
+// can be opened again (a run that parked as its answer came is taken up
+// again, reading the answer from its store); a second Release of the old
+// Pending leaves a newer one's answer alone.
+func TestReleaseAfterDecisionAllowsReopen(t *testing.T) {
+	g := NewGate()
+	key := rein.SessionKey{Owner: "o", ID: "s"}
+	p, err := g.Open(key, "c1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !g.Deliver(key, "c1", Decision{Allow: true}) {
+		t.Fatal("open confirmation missed its decision")
+	}
+	p.Release()
+	if d, err := p.Wait(context.Background()); err != nil || !d.Allow {
+		t.Fatalf("the delivered decision is lost to its Pending: %+v %v", d, err)
+	}
+	q, err := g.Open(key, "c1")
+	if err != nil {
+		t.Fatalf("reopen after a decision and Release: %v", err)
+	}
+	if !g.Deliver(key, "c1", Decision{Allow: false, DenyMessage: "no"}) {
+		t.Fatal("reopened confirmation missed its decision")
+	}
+	p.Release()
+	if _, err := g.Open(key, "c1"); err == nil {
+		t.Fatal("a second Release of the old Pending forgot the newer one's answer")
+	}
+	if d, err := q.Wait(context.Background()); err != nil || d.Allow || d.DenyMessage != "no" {
+		t.Fatalf("%+v %v", d, err)
+	}
+}
