@@ -131,15 +131,16 @@ func (s *Service) stopForMessage(key rein.SessionKey, target string, mode rein.W
 	lr.mu.Lock()
 	lr.stopApplied = true
 	lr.mu.Unlock()
+	// The mode is noted as the stop is applied, never after: a run the
+	// stop reaches before its loop began ends as that mode says (an
+	// interrupt: COMPLETED/interrupted), and it may end at once.
 	if mode == rein.WhenBusyRollback {
-		lr.noteStop(string(rein.StopCancel))
-		lr.h.Cancel()
+		lr.h.CancelAnnounced(func() { lr.noteStop(string(rein.StopCancel)) })
 		return
 	}
-	if !lr.h.Interrupt("") {
+	if !lr.h.InterruptAnnounced("", func() { lr.noteStop(string(rein.StopInterrupt)) }) {
 		return
 	}
-	lr.noteStop(string(rein.StopInterrupt))
 	s.wg.Add(1)
 	go func() {
 		defer s.wg.Done()
