@@ -56,8 +56,7 @@ func (s *Store) DeleteSession(ctx context.Context, key rein.SessionKey, check fu
 		}
 		delete(s.sessions, n.key)
 		// Waiters wake, look the session up and find it gone.
-		close(n.ss.wake)
-		n.ss.wake = make(chan struct{})
+		n.ss.wakeWaiters()
 		out[i] = tree[i].Session
 	}
 	return out, nil

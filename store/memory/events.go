@@ -204,8 +204,8 @@ func (s *Store) LastSeq(ctx context.Context, key rein.SessionKey) (int64, error)
 }
 
 // WaitEvents implements store.EventLog. It blocks on the session's wake
-// channel, which every committed append closes; Close wakes it through
-// closedCh.
+// channel, made by the first waiter and closed by the next committed
+// append; Close wakes it through closedCh.
 func (s *Store) WaitEvents(ctx context.Context, key rein.SessionKey, after int64) error {
 	for {
 		if err := s.lock(ctx); err != nil {
@@ -219,6 +219,9 @@ func (s *Store) WaitEvents(ctx context.Context, key rein.SessionKey, after int64
 		if int64(len(ss.events)) > after {
 			s.mu.Unlock()
 			return nil
+		}
+		if ss.wake == nil {
+			ss.wake = make(chan struct{})
 		}
 		wake := ss.wake
 		s.mu.Unlock()

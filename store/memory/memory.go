@@ -61,8 +61,9 @@ type session struct {
 	history []rein.Message
 
 	events []rein.Event
-	// wake is closed (and replaced) whenever a write that appended events
-	// commits, so WaitEvents blocks on a channel instead of polling.
+	// wake is closed whenever a write that appended events commits, so
+	// WaitEvents blocks on a channel instead of polling. It exists only
+	// while someone waits: an append nobody waits for makes no channel.
 	wake chan struct{}
 
 	runs          map[string]*store.RunRecord
@@ -183,4 +184,13 @@ func (s *Store) Close() error {
 		close(s.closedCh)
 	}
 	return nil
+}
+
+// wakeWaiters wakes every WaitEvents caller of the session. Called with the
+// store lock held.
+func (ss *session) wakeWaiters() {
+	if ss.wake != nil {
+		close(ss.wake)
+		ss.wake = nil
+	}
 }

@@ -43,7 +43,6 @@ func (s *Store) CreateSession(ctx context.Context, in *store.Session) error {
 	s.sessions[key] = &session{
 		rec:           *rec,
 		order:         s.nextOrder,
-		wake:          make(chan struct{}),
 		runs:          map[string]*store.RunRecord{},
 		runsByClient:  map[string]string{},
 		supplements:   map[string]*store.Supplement{},

@@ -25,8 +25,10 @@ type tx struct {
 	// now is the transaction's time: every time it decides is this one,
 	// as with a database transaction's now().
 	now time.Time
-	// undo takes back the writes so far, played last to first.
-	undo []func()
+	// undo takes back the writes so far, played last to first; undoBuf
+	// holds a short transaction's entries without a growing slice.
+	undo    []func()
+	undoBuf [8]func()
 	// appended is set once events were appended: waiters are woken at
 	// commit, never before, so a woken reader always finds them.
 	appended bool
@@ -65,6 +67,7 @@ func (s *Store) run(ctx context.Context, key rein.SessionKey, fence store.Fence,
 		return err
 	}
 	t := &tx{s: s, ss: ss, key: key, now: s.now()}
+	t.undo = t.undoBuf[:0]
 	committed := false
 	defer func() {
 		// Runs on a panic too: a panicking fn leaves nothing behind.
@@ -83,8 +86,7 @@ func (s *Store) run(ctx context.Context, key rein.SessionKey, fence store.Fence,
 	}
 	committed = true
 	if t.appended {
-		close(ss.wake)
-		ss.wake = make(chan struct{})
+		ss.wakeWaiters()
 	}
 	return nil
 }
