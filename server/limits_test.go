@@ -6,6 +6,7 @@ import (
 	"crypto/tls"
 	"crypto/x509"
 	"encoding/json"
+	"fmt"
 	"io"
 	"net/http"
 	"path/filepath"
@@ -17,41 +18,24 @@ import (
 	"github.com/reinhq/rein/server"
 )
 
-// streamEnds wraps a handler to report, on the returned channel, each
-// event stream that was served (200) and has returned, and so released
-// its slot.
-func streamEnds() (func(http.Handler) http.Handler, <-chan struct{}) {
-	ended := make(chan struct{}, 16)
-	return func(h http.Handler) http.Handler {
-		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-			sw := &statusSeen{ResponseWriter: w}
-			h.ServeHTTP(sw, r)
-			if strings.HasSuffix(r.URL.Path, "/events/stream") && sw.status == http.StatusOK {
-				ended <- struct{}{}
-			}
-		})
-	}, ended
-}
-
-// statusSeen remembers the status written through it.
-type statusSeen struct {
-	http.ResponseWriter
-	status int
-}
-
-func (w *statusSeen) WriteHeader(code int) {
-	if w.status == 0 {
-		w.status = code
+// waitStreams waits until the server counts n open event streams
+// (rein_sse_subscribers on /metrics): a closed stream's slot is free once
+// the server has let go of it, which is not when the client hung up.
+func waitStreams(t *testing.T, s *stack, n int) {
+	t.Helper()
+	want := fmt.Sprintf("rein_sse_subscribers %d\n", n)
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		r := s.do("GET", "/metrics", "", nil)
+		if strings.Contains(string(r.body), want) {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the server does not count %d open streams after 10 s", n)
+		}
+		time.Sleep(5 * time.Millisecond)
 	}
-	w.ResponseWriter.WriteHeader(code)
 }
-
-// Flush passes a stream's flushes on.
-func (w *statusSeen) Flush() { _ = http.NewResponseController(w.ResponseWriter).Flush() }
-
-// Unwrap lets http.ResponseController reach the connection (write
-// deadlines).
-func (w *statusSeen) Unwrap() http.ResponseWriter { return w.ResponseWriter }
 
 // TestStreamCapPerOwner: an owner's stream beyond MaxStreamsPerOwner is
 // answered 429 too_many_requests with Retry-After (as openapi.yaml
@@ -59,10 +43,9 @@ func (w *statusSeen) Unwrap() http.ResponseWriter { return w.ResponseWriter }
 // owner is unaffected; a missing session is still 404, not 429.
 func TestStreamCapPerOwner(t *testing.T) {
 	t.Parallel()
-	wrap, ended := streamEnds()
 	s := configured(t, options{tokens: map[string]string{"ta": "alice", "tb": "bob"}}, func(c *server.Config) {
 		c.MaxStreamsPerOwner = 2
-	}, wrap)
+	}, nil)
 	api := loadOpenAPI(t)
 	a1, a2 := s.createSession("ta"), s.createSession("ta")
 	b1 := s.createSession("tb")
@@ -90,11 +73,12 @@ func TestStreamCapPerOwner(t *testing.T) {
 	}
 	// Bob's count is his own.
 	bob := s.stream("tb", b1, "", "")
+	waitStreams(t, s, 3)
 	bob.close()
-	<-ended
+	waitStreams(t, s, 2)
 
 	first.close()
-	<-ended
+	waitStreams(t, s, 1)
 	third := s.stream("ta", a1, "", "")
 	refused()
 

@@ -1,9 +1,11 @@
 package server
 
 import (
+	"bufio"
 	"bytes"
 	"context"
 	"errors"
+	"net"
 	"net/http"
 	"strconv"
 	"time"
@@ -32,31 +34,91 @@ func (s *Server) streamEvents(w http.ResponseWriter, r *http.Request) {
 	if st == nil {
 		return
 	}
+	if st.conn != nil {
+		// Taken over: the stream goes on in a goroutine of its own and
+		// this handler returns, so net/http lets go of the connection's
+		// buffers and of its serving goroutine (see stream).
+		go st.runDetached()
+		return
+	}
 	defer st.close()
 	st.run()
 }
 
-// stream is one open event stream. Its state lives here, not in locals,
-// and the loop that waits is a small function of its own: an idle stream
-// parks its goroutine in that loop for minutes or hours, and the runtime
-// shrinks a parked goroutine's stack only to a size its frames fit in a
-// quarter of, so every byte of frame on that path is paid per open stream.
+// stream is one open event stream.
+//
+// An idle stream is what a server holds most of: one per open browser
+// tab, for hours. So an HTTP/1.x stream takes its connection over from
+// net/http (Hijack) once its headers are decided and goes on in a fresh
+// goroutine with a shallow stack: net/http would otherwise keep, per
+// stream, its serving goroutine's deep stack, 10 KiB of read and write
+// buffers, and a second goroutine reading ahead to notice the client
+// leaving. The taken-over stream writes the chunked body itself and has
+// one small goroutine of its own that notices the client leaving. HTTP/2
+// (and any writer that cannot be taken over) streams through net/http as
+// before.
+//
+// Its state lives here, not in locals, and the loop that waits is a small
+// function of its own: the runtime shrinks a parked goroutine's stack only
+// to a size its frames fit in a quarter of, so every byte of frame on that
+// path is paid per open stream.
 type stream struct {
-	s      *Server
-	w      http.ResponseWriter
-	r      *http.Request
-	rc     *http.ResponseController
-	info   *reqInfo
-	key    rein.SessionKey
+	s    *Server
+	info *reqInfo
+	key  rein.SessionKey
+	out  sink
+	// conn is the taken-over connection (nil: net/http's).
+	conn net.Conn
+	// base is the request's context without its cancellation (net/http
+	// cancels it when a taken-over stream's handler returns).
+	base   context.Context
 	ctx    context.Context
 	cancel context.CancelFunc
 	// closing is closed when the server closes its streams.
 	closing chan struct{}
 	stop    func() bool
-	cursor  int64
-	last    int64
-	evs     []rein.Event
-	buf     bytes.Buffer
+	// readDone is closed when a taken-over stream's reader returns.
+	readDone chan struct{}
+	cursor   int64
+	last     int64
+	evs      []rein.Event
+	buf      bytes.Buffer
+}
+
+// sink is where a stream's bytes go.
+type sink interface {
+	write(b []byte) error
+}
+
+// respSink writes through net/http's ResponseWriter, flushing each write.
+type respSink struct {
+	rc *http.ResponseController
+	w  http.ResponseWriter
+}
+
+func (o respSink) write(b []byte) error { return writeOut(o.rc, o.w, b) }
+
+// connSink writes to a taken-over connection: each write one chunk of a
+// chunked body (HTTP/1.1), or the bytes as they are (HTTP/1.0, whose body
+// ends when the connection closes).
+type connSink struct {
+	c       net.Conn
+	chunked bool
+}
+
+func (o connSink) write(b []byte) error {
+	_ = o.c.SetWriteDeadline(time.Now().Add(sseWriteTimeout))
+	if !o.chunked {
+		_, err := o.c.Write(b)
+		return err
+	}
+	out := make([]byte, 0, len(b)+20)
+	out = strconv.AppendInt(out, int64(len(b)), 16)
+	out = append(out, "\r\n"...)
+	out = append(out, b...)
+	out = append(out, "\r\n"...)
+	_, err := o.c.Write(out)
+	return err
 }
 
 // openStream checks the request, reads the first page and sends the
@@ -85,30 +147,102 @@ func (s *Server) openStream(w http.ResponseWriter, r *http.Request) *stream {
 		return nil
 	}
 	s.metrics.sseSubscribers.Inc()
-	st := &stream{s: s, w: w, r: r, rc: http.NewResponseController(w), info: info, key: key,
-		cursor: cursor, last: last, evs: evs, closing: make(chan struct{})}
-	// The stream lives until the client goes or the server closes
-	// streams; it never lives longer than either.
-	st.ctx, st.cancel = context.WithCancel(r.Context())
-	st.stop = context.AfterFunc(s.streams, func() { close(st.closing); st.cancel() })
-
+	st := &stream{s: s, info: info, key: key, cursor: cursor, last: last, evs: evs, closing: make(chan struct{})}
 	h := w.Header()
 	h.Set("Content-Type", "text/event-stream")
 	h.Set("Cache-Control", "no-cache")
 	h.Set("X-Accel-Buffering", "no") // proxies (nginx) must not buffer a stream
+	rc := http.NewResponseController(w)
+	if r.ProtoMajor == 1 {
+		if conn, brw, err := rc.Hijack(); err == nil {
+			return st.detach(r, h, conn, brw)
+		}
+	}
+	st.base = r.Context()
+	st.out = respSink{rc: rc, w: w}
+	st.begin()
 	w.WriteHeader(http.StatusOK)
 	// Headers go out at once: a client knows the stream is up before the
 	// first event, and everything after its cursor is in what follows.
-	if err := flush(st.rc); err != nil {
+	if err := flush(rc); err != nil {
 		st.close()
 		return nil
 	}
 	return st
 }
 
+// begin ties the stream's lifetime to its base context and to the server's
+// streams: it never lives longer than either.
+func (st *stream) begin() {
+	st.ctx, st.cancel = context.WithCancel(st.base)
+	st.stop = context.AfterFunc(st.s.streams, func() { close(st.closing); st.cancel() })
+}
+
+// detach finishes opening a stream whose connection was taken over: it
+// writes the response head itself and lets go of net/http's buffers.
+func (st *stream) detach(r *http.Request, h http.Header, conn net.Conn, brw *bufio.ReadWriter) *stream {
+	st.conn = conn
+	chunked := r.ProtoAtLeast(1, 1)
+	st.out = connSink{c: conn, chunked: chunked}
+	st.base = context.WithoutCancel(r.Context())
+	st.begin()
+	var head bytes.Buffer
+	head.WriteString("HTTP/1.1 200 OK\r\n")
+	if chunked {
+		h.Set("Transfer-Encoding", "chunked")
+	}
+	// The connection ends with the stream: it is no longer net/http's to
+	// keep alive.
+	h.Set("Connection", "close")
+	h.Del("Content-Length")
+	_ = h.Write(&head)
+	head.WriteString("\r\n")
+	_ = conn.SetWriteDeadline(time.Now().Add(sseWriteTimeout))
+	if _, err := conn.Write(head.Bytes()); err != nil {
+		st.close()
+		return nil
+	}
+	// Nothing else is read from the client; what net/http read ahead
+	// (nothing, for a GET) is dropped with its buffers.
+	_ = brw
+	st.readDone = make(chan struct{})
+	go st.watchClient()
+	return st
+}
+
+// watchClient ends a taken-over stream when its client goes: the client
+// sends nothing after its request, so a read returns only when the
+// connection closes (or is closed by the stream's end).
+func (st *stream) watchClient() {
+	defer close(st.readDone)
+	var b [1]byte
+	for {
+		if _, err := st.conn.Read(b[:]); err != nil {
+			st.cancel()
+			return
+		}
+	}
+}
+
+// runDetached is a taken-over stream's goroutine.
+func (st *stream) runDetached() {
+	defer st.close()
+	st.run()
+}
+
 func (st *stream) close() {
 	st.stop()
 	st.cancel()
+	if st.conn != nil {
+		if cs, ok := st.out.(connSink); ok && cs.chunked {
+			// The body's end, for a client still there (a gone one makes
+			// the write fail at once).
+			_ = cs.c.SetWriteDeadline(time.Now().Add(time.Second))
+			_, _ = cs.c.Write([]byte("0\r\n\r\n"))
+		}
+		st.conn.Close()
+		<-st.readDone
+	}
 	st.s.metrics.sseSubscribers.Dec()
 	st.s.releaseStream(st.key.Owner)
 }
@@ -122,7 +256,7 @@ func (st *stream) run() {
 		}
 		if st.cursor < st.last {
 			// More than a page behind: read on without waiting.
-		} else if err := st.s.waitOrBeat(st.ctx, st.rc, st.w, st.key, st.cursor); err != nil {
+		} else if err := st.s.waitOrBeat(st.ctx, st.out, st.key, st.cursor); err != nil {
 			st.ended(err)
 			return
 		}
@@ -143,11 +277,12 @@ func (st *stream) send() bool {
 		st.cursor = e.Seq
 	}
 	st.evs = nil
-	if st.buf.Cap() > 64<<10 {
+	err := st.out.write(st.buf.Bytes())
+	if st.buf.Cap() > 16<<10 {
 		// A long replay's buffer is not kept for an idle stream.
 		st.buf = bytes.Buffer{}
 	}
-	return writeOut(st.rc, st.w, st.buf.Bytes()) == nil
+	return err == nil
 }
 
 // read takes the next page after the cursor.
@@ -168,7 +303,7 @@ func (st *stream) read() bool {
 func (st *stream) ended(err error) {
 	select {
 	case <-st.closing:
-		st.s.finalCatchUp(st.r.Context(), st.rc, st.w, st.key, st.cursor)
+		st.s.finalCatchUp(st.base, st.out, st.key, st.cursor)
 	default:
 		if st.ctx.Err() == nil {
 			st.s.log.Warn("event stream ended", "request_id", st.info.id, "session", st.key.ID, "err", err)
@@ -179,7 +314,7 @@ func (st *stream) ended(err error) {
 // waitOrBeat waits for an event after cursor, sending a comment line each
 // time the heartbeat interval passes in silence. It returns nil when there
 // is something to read.
-func (s *Server) waitOrBeat(ctx context.Context, rc *http.ResponseController, w http.ResponseWriter, key rein.SessionKey, cursor int64) error {
+func (s *Server) waitOrBeat(ctx context.Context, out sink, key rein.SessionKey, cursor int64) error {
 	for {
 		wctx, cancel := context.WithTimeout(ctx, s.heartbeat)
 		err := s.svc.WaitEvents(wctx, key, cursor)
@@ -190,7 +325,7 @@ func (s *Server) waitOrBeat(ctx context.Context, rc *http.ResponseController, w 
 		case ctx.Err() != nil:
 			return ctx.Err()
 		case errors.Is(err, context.DeadlineExceeded):
-			if err := writeOut(rc, w, []byte(": keepalive\n\n")); err != nil {
+			if err := out.write([]byte(": keepalive\n\n")); err != nil {
 				return err
 			}
 		default:
@@ -202,8 +337,8 @@ func (s *Server) waitOrBeat(ctx context.Context, rc *http.ResponseController, w 
 // finalCatchUp sends what the log gained since the last frame when the
 // server closes streams: Serve closes them after draining runs, so the
 // clients still see every run's session.run_completed.
-func (s *Server) finalCatchUp(reqCtx context.Context, rc *http.ResponseController, w http.ResponseWriter, key rein.SessionKey, cursor int64) {
-	ctx, cancel := context.WithTimeout(reqCtx, 2*time.Second)
+func (s *Server) finalCatchUp(base context.Context, out sink, key rein.SessionKey, cursor int64) {
+	ctx, cancel := context.WithTimeout(base, 2*time.Second)
 	defer cancel()
 	var buf bytes.Buffer
 	for {
@@ -218,7 +353,7 @@ func (s *Server) finalCatchUp(reqCtx context.Context, rc *http.ResponseControlle
 			}
 			cursor = e.Seq
 		}
-		if writeOut(rc, w, buf.Bytes()) != nil || cursor >= last {
+		if out.write(buf.Bytes()) != nil || cursor >= last {
 			return
 		}
 	}

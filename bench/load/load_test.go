@@ -48,6 +48,9 @@ func TestSmoke(t *testing.T) {
 	o.Chunks, o.ChunkDelay = 6, 50*time.Millisecond
 	o.ToolCalls = 2
 	o.StopFraction = 0.5
+	// Enough idle streams that their few KiB each stand out of the heap's
+	// noise.
+	o.IdleStreams = 100
 	o.OutDir = filepath.Join(t.TempDir(), "out")
 	o.SampleInterval = 50 * time.Millisecond
 	var progress bytes.Buffer
@@ -68,7 +71,7 @@ func TestSmoke(t *testing.T) {
 		t.Errorf("target = %+v, want an in-process server on SQLite", rep.Target)
 	}
 	want := Workload{Sessions: 5, Messages: 2, Concurrency: 5, Chunks: 6, ChunkDelayMS: 50, ToolCalls: 2,
-		StopFraction: 0.5, StopMode: "cancel", IdleStreams: 5, RunTimeoutS: 120}
+		StopFraction: 0.5, StopMode: "cancel", IdleStreams: 100, RunTimeoutS: 120}
 	if rep.Workload != want {
 		t.Errorf("workload = %+v, want %+v", rep.Workload, want)
 	}
@@ -119,8 +122,8 @@ func TestSmoke(t *testing.T) {
 	checkServer(t, rep, true)
 
 	idle := rep.IdleStreams
-	if idle.Streams != 5 || idle.Opened != 5 || !idle.Measured {
-		t.Errorf("idle streams = %+v, want 5 opened", idle)
+	if idle.Streams != 100 || idle.Opened != 100 || !idle.Measured {
+		t.Errorf("idle streams = %+v, want 100 opened", idle)
 	}
 	// An open stream holds a goroutine, its connection and its buffers:
 	// live heap, whatever the pages and stack caches did.
