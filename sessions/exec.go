@@ -232,6 +232,9 @@ func (s *Service) localState(runID string) (held, executing bool) {
 	return true, lr.started
 }
 
+// stopping implements executor: Drain or Close has begun.
+func (s *Service) stopping() bool { return s.draining.Load() }
+
 // executesHere reports whether this instance executes the run (claimNext's
 // executor).
 func (s *Service) executesHere(runID string) bool {

@@ -264,6 +264,12 @@ type claim struct {
 // executor says whether this instance executes a run (its Service).
 type executor interface {
 	executesHere(runID string) bool
+	// stopping reports whether the instance is shutting down: it then
+	// takes up nothing new. Asked inside the claim's write, which a
+	// shutdown's stops precede: a run that ends because the instance stops
+	// frees its turn only after the instance said so, so the write that
+	// would have claimed the next run sees it and leaves that run queued.
+	stopping() bool
 }
 
 // claimNext looks at the session's turn in the store and takes the next
@@ -329,7 +335,7 @@ func (lc *lifecycle) claimNext(ctx context.Context, key rein.SessionKey, waiting
 					// (which writes nothing) wakes the pump.
 					return errNothing
 				}
-				return lc.recoverLost(tx, r, now, &c)
+				return lc.recoverLost(tx, r, now, &c, here.stopping())
 			}
 		}
 		q := active[0]
@@ -357,6 +363,10 @@ func (lc *lifecycle) claimNext(ctx context.Context, key rein.SessionKey, waiting
 				c.wait = d + time.Millisecond
 				return errNothing
 			}
+		}
+		if here.stopping() {
+			// Left queued in the store, for the next instance to run.
+			return errNothing
 		}
 		l, err := tx.AcquireLease(lc.instance, q.ID, lc.ttl)
 		if err != nil {
@@ -398,7 +408,7 @@ func lastEnd(tx store.Tx) (time.Time, error) {
 
 // recoverLost handles a RUNNING run whose lease is gone (its instance died
 // or lost the lease): resume it here, or end it.
-func (lc *lifecycle) recoverLost(tx store.Tx, r *store.RunRecord, now time.Time, c *claim) error {
+func (lc *lifecycle) recoverLost(tx store.Tx, r *store.RunRecord, now time.Time, c *claim, stopping bool) error {
 	hist, err := tx.History()
 	if err != nil {
 		return err
@@ -462,6 +472,11 @@ func (lc *lifecycle) recoverLost(tx store.Tx, r *store.RunRecord, now time.Time,
 			}
 			return nil
 		}
+		return errNothing
+	}
+	if stopping {
+		// Not taken up by an instance that is shutting down: the next
+		// one resumes it.
 		return errNothing
 	}
 	l, err := tx.AcquireLease(lc.instance, r.ID, lc.ttl)

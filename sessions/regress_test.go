@@ -526,3 +526,71 @@ func TestRegressionAnswerAsRunParks(t *testing.T) {
 		}
 	}
 }
+
+// holdClaimEntry, once armed, holds the pump's next claimNext write before
+// its function runs, until released; that write then runs whatever became
+// of the service's context meanwhile (as a write already in a store's
+// queue does).
+type holdClaimEntry struct {
+	store.Store
+	oneShot
+}
+
+func (h *holdClaimEntry) Update(ctx context.Context, key rein.SessionKey, fence store.Fence, fn func(tx store.Tx) error) error {
+	if calledFrom("(*lifecycle).claimNext") {
+		h.mu.Lock()
+		armed := h.armed
+		h.mu.Unlock()
+		h.pass()
+		if armed {
+			ctx = context.WithoutCancel(ctx)
+		}
+	}
+	return h.Store.Update(ctx, key, fence, fn)
+}
+
+// A queued run stays queued through Close even when the session's schedule
+// was about to look at the turn as the shutdown freed it: the write that
+// would have claimed it runs after the stopped run's end and takes nothing
+// up. Seen: the queued run was claimed and at once cancelled by the
+// closing service (TestWaitEndsWithTheService, under load); Drain lost
+// queued runs the same way (TestDrainKeepsQueuedRuns).
+func TestRegressionCloseKeepsQueuedRunQueued(t *testing.T) {
+	t.Parallel()
+	base := memory.New()
+	hc := &holdClaimEntry{Store: base, oneShot: newOneShot()}
+	f := newFixture(t, hc)
+	f.newSession()
+	a := f.send("block A", "")
+	f.blocking(a.RunID)
+	b := f.send("B", "enqueue")
+	hc.arm()
+	c := f.send("C", "enqueue") // its admission kicks the schedule
+	<-hc.entered                // the schedule's write waits to run
+	closed := make(chan struct{})
+	go func() { defer close(closed); f.svc.Close() }()
+	// A's end, written by Close, frees the turn; only then does the
+	// schedule's write run.
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		rec, err := base.GetRun(context.Background(), f.key, a.RunID)
+		if err == nil && rec.Status.Terminal() {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("A's end was never written")
+		}
+		time.Sleep(time.Millisecond)
+	}
+	close(hc.release)
+	<-closed
+	for _, id := range []string{b.RunID, c.RunID} {
+		rec, err := base.GetRun(context.Background(), f.key, id)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if rec.Status != rein.StatusQueued {
+			t.Errorf("queued run %s is %s/%s after Close, want QUEUED", id, rec.Status, rec.Reason)
+		}
+	}
+}
