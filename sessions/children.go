@@ -21,6 +21,11 @@ type RunEnd struct {
 	// Reply is the run's final reply (an interrupted one included); nil
 	// when it has none.
 	Reply *string
+	// Parent is the session's parent session ("" for a root session)
+	// when ParentKnown; the service knows it when the run executed here
+	// (it read the session to run it), and saves the hook a read then.
+	Parent      string
+	ParentKnown bool
 }
 
 // ChildRequest creates a subagent child session (docs/api.md: a child is a
@@ -115,6 +120,11 @@ func (s *Service) Notice(ctx context.Context, key rein.SessionKey, noticeID, tex
 
 // runEnded tells Config.OnRunEnd about a run whose end is recorded.
 func (s *Service) runEnded(key rein.SessionKey, runID string, status rein.RunStatus, reason rein.Reason, reply *string) {
+	s.runEndedFrom(RunEnd{Session: key, RunID: runID, Status: status, Reason: reason, Reply: reply})
+}
+
+// runEndedFrom is runEnded with everything the hook is told.
+func (s *Service) runEndedFrom(end RunEnd) {
 	if s.cfg.OnRunEnd == nil {
 		return
 	}
@@ -123,7 +133,7 @@ func (s *Service) runEnded(key rein.SessionKey, runID string, status rein.RunSta
 		defer s.wg.Done()
 		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 		defer cancel()
-		s.cfg.OnRunEnd(ctx, RunEnd{Session: key, RunID: runID, Status: status, Reason: reason, Reply: reply})
+		s.cfg.OnRunEnd(ctx, end)
 	}()
 }
 

@@ -48,6 +48,10 @@ type liveRun struct {
 	// executed: its loop began here (a claimed run stopped before it does
 	// ends as a stop of a run that did nothing yet).
 	executed bool
+	// parent is the session's parent, known (parentKnown) once the run's
+	// execution read the session: the end hook is told it.
+	parent      string
+	parentKnown bool
 	attempt  int
 	// closing is what the loop's Journal.Finish handed over, written with
 	// the run's end.
@@ -340,6 +344,9 @@ func (s *Service) execute(ctx context.Context, c *run.Control, lr *liveRun) run.
 	if err != nil {
 		return run.Outcome{Reason: rein.ReasonError, Err: fmt.Errorf("load session: %w", err)}
 	}
+	lr.mu.Lock()
+	lr.parent, lr.parentKnown = sess.ParentID, true
+	lr.mu.Unlock()
 	name := sess.Agent
 	if name == "" {
 		name = DefaultAgent
@@ -505,7 +512,10 @@ func (s *Service) finishClaimed(lr *liveRun, res run.Result) {
 			r := res.Reply
 			reply = &r
 		}
-		s.runEnded(key, lr.id, res.Status, res.Reason, reply)
+		lr.mu.Lock()
+		parent, known := lr.parent, lr.parentKnown
+		lr.mu.Unlock()
+		s.runEndedFrom(RunEnd{Session: key, RunID: lr.id, Status: res.Status, Reason: res.Reason, Reply: reply, Parent: parent, ParentKnown: known})
 	}
 	s.observeEnd(lr, res)
 }

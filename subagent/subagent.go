@@ -490,6 +490,11 @@ func (m *Manager) OnRunEnd(ctx context.Context, end sessions.RunEnd) {
 	if end.Status == rein.StatusCancelled {
 		m.cascade(ctx, svc, end.Session)
 	}
+	if end.ParentKnown && end.Parent == "" {
+		// A root session's run, as the service knew without a read (most
+		// runs): nothing to settle.
+		return
+	}
 	info, err := svc.GetSession(ctx, end.Session)
 	if err != nil || info.ParentID == "" {
 		return
