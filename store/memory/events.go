@@ -105,8 +105,17 @@ func (t *tx) AppendEvents(evs ...rein.Event) ([]rein.Event, error) {
 	off := 0
 	ss, n := t.ss, len(t.ss.events)
 	out := make([]rein.Event, len(evs))
+	if cap(ss.events) == 0 {
+		// A session's log grows by a run's handful of events at a time:
+		// start it with room for a few runs rather than doubling from one.
+		ss.events = make([]rein.Event, 0, max(16, len(evs)))
+	}
 	for i, e := range evs {
-		p, _ := payloadOf(i, e.Payload)
+		// Validated above; only an empty payload is replaced.
+		p := e.Payload
+		if len(bytes.TrimSpace(p)) == 0 {
+			p = emptyPayload
+		}
 		e.Seq = int64(len(ss.events)) + 1
 		e.SessionID = t.key.ID
 		if e.ID == "" {
