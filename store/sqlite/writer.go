@@ -209,6 +209,18 @@ func (tx *wtx) query(query string, args ...any) (*sql.Rows, error) {
 	return st.Query(args...)
 }
 
+// control runs a transaction-control statement of the batch (BEGIN,
+// SAVEPOINT, RELEASE, COMMIT), prepared once like the others: a batch
+// runs two of them per operation plus two, and SQLite compiling each
+// again was a measurable part of a short batch.
+func (s *Store) control(query string) (sql.Result, error) {
+	st, err := s.stmt(query)
+	if err != nil {
+		return s.wconn.ExecContext(context.Background(), query)
+	}
+	return st.Exec()
+}
+
 func (s *Store) stmt(query string) (*sql.Stmt, error) {
 	if st := s.stmts[query]; st != nil {
 		return st, nil
@@ -369,7 +381,7 @@ func (s *Store) runBatch(batch []*op) (full bool) {
 			o.wakes = nil
 		}
 	}
-	if _, err := s.wconn.ExecContext(bg, "BEGIN IMMEDIATE"); err != nil {
+	if _, err := s.control("BEGIN IMMEDIATE"); err != nil {
 		abort(err)
 		s.answer(live, results)
 		return
@@ -410,7 +422,7 @@ func (s *Store) runBatch(batch []*op) (full bool) {
 			}
 			continue
 		}
-		if _, err := s.wconn.ExecContext(bg, "SAVEPOINT op"); err != nil {
+		if _, err := s.control("SAVEPOINT op"); err != nil {
 			abort(err)
 			s.answer(live, results)
 			return
@@ -429,13 +441,13 @@ func (s *Store) runBatch(batch []*op) (full bool) {
 			}
 			tx.restoreCache()
 		}
-		if _, err := s.wconn.ExecContext(bg, "RELEASE op"); err != nil {
+		if _, err := s.control("RELEASE op"); err != nil {
 			abort(err)
 			s.answer(live, results)
 			return
 		}
 	}
-	if _, err := s.wconn.ExecContext(bg, "COMMIT"); err != nil {
+	if _, err := s.control("COMMIT"); err != nil {
 		abort(err)
 	}
 	s.answer(live, results)
