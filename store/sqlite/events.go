@@ -75,28 +75,53 @@ func (tx *wtx) history(key rein.SessionKey, si *sessInfo) ([]rein.Message, error
 	return tx.s.scanHistory(key, rows)
 }
 
-const qHistory = `SELECT message FROM history WHERE session_pk = ? ORDER BY idx`
+// qHistoryByKey is a session's transcript and its existence in one
+// statement (no row: no session; one row without a message: an empty
+// transcript), read once per run: no read transaction of its own.
+const qHistoryByKey = `SELECT h.message FROM sessions s LEFT JOIN history h ON h.session_pk = s.pk
+		WHERE s.owner = ? AND s.id = ? ORDER BY h.idx`
 
 // LoadHistory implements store.History.
 func (s *Store) LoadHistory(ctx context.Context, key rein.SessionKey) ([]rein.Message, error) {
-	tx, err := s.rdb.BeginTx(ctx, &sql.TxOptions{ReadOnly: true})
+	rows, err := s.rq.QueryContext(ctx, qHistoryByKey, key.Owner, key.ID)
 	if err != nil {
 		return nil, s.fail("loading history", err)
 	}
-	defer tx.Rollback()
-	pk, _, err := readPK(ctx, s.rq.in(tx), key)
+	out, found, err := s.scanHistoryOf(key, rows)
 	if err != nil {
 		return nil, s.fail("loading history", err)
 	}
-	rows, err := s.rq.in(tx).QueryContext(ctx, qHistory, pk)
-	if err != nil {
-		return nil, s.fail("loading history", err)
-	}
-	out, err := s.scanHistory(key, rows)
-	if err != nil {
-		return nil, s.fail("loading history", err)
+	if !found {
+		return nil, notFound("session")
 	}
 	return out, nil
+}
+
+// scanHistoryOf is scanHistory for qHistoryByKey's rows: found is whether
+// there was a row at all (the session exists); a row without a message
+// is the empty transcript's.
+func (s *Store) scanHistoryOf(key rein.SessionKey, rows *sql.Rows) (out []rein.Message, found bool, err error) {
+	defer rows.Close()
+	out = []rein.Message{}
+	for rows.Next() {
+		found = true
+		var b []byte
+		if err := rows.Scan(&b); err != nil {
+			return nil, false, err
+		}
+		if b == nil {
+			continue
+		}
+		m, err := histcodec.Decode(b)
+		if err != nil {
+			return nil, false, dbErr(rein.CodeInternal, s.file, err, "sqlite: history message %d of %s is unreadable", len(out), key)
+		}
+		out = append(out, m)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, false, err
+	}
+	return out, found, nil
 }
 
 // scanHistory decodes a transcript's rows and closes them.

@@ -169,21 +169,21 @@ func (tx *wtx) consumeSupplements(si *sessInfo, ids []string, runID string, step
 	return err
 }
 
-const qPending = `SELECT count(*) FROM supplements WHERE session_pk = ? AND status = 'queued'`
+// qPendingByKey is the queued count and the session's existence in one
+// statement: the loop asks it at every step, and a read transaction of
+// its own (BEGIN, the session's key, the count, the end) cost several
+// times the count.
+const qPendingByKey = `SELECT (SELECT count(*) FROM supplements WHERE session_pk = s.pk AND status = 'queued')
+		FROM sessions s WHERE s.owner = ? AND s.id = ?`
 
 // PendingSupplements implements store.Inbox.
 func (s *Store) PendingSupplements(ctx context.Context, key rein.SessionKey) (int, error) {
-	tx, err := s.rdb.BeginTx(ctx, &sql.TxOptions{ReadOnly: true})
-	if err != nil {
-		return 0, s.fail("counting supplements", err)
-	}
-	defer tx.Rollback()
-	pk, _, err := readPK(ctx, s.rq.in(tx), key)
-	if err != nil {
-		return 0, s.fail("counting supplements", err)
-	}
 	var n int
-	if err := s.rq.in(tx).QueryRowContext(ctx, qPending, pk).Scan(&n); err != nil {
+	err := s.rq.QueryRowContext(ctx, qPendingByKey, key.Owner, key.ID).Scan(&n)
+	if errors.Is(err, sql.ErrNoRows) {
+		return 0, notFound("session")
+	}
+	if err != nil {
 		return 0, s.fail("counting supplements", err)
 	}
 	return n, nil

@@ -158,27 +158,30 @@ func expireLeases(ctx context.Context, conn *sql.Conn, now time.Time) error {
 	return err
 }
 
-const qLease = `SELECT ` + leaseColumns + leaseFrom + `WHERE l.session_pk = ?`
+// qLeaseByKey is the session's lease and the session's existence in one
+// statement (no row: no session; a row without a token: no lease), asked
+// at every message.
+const qLeaseByKey = `SELECT s.owner, s.id, coalesce(l.run_id, ''), coalesce(l.holder, ''), coalesce(l.token, 0),
+		coalesce(l.expires_at, 0), l.session_pk IS NOT NULL
+		FROM sessions s LEFT JOIN leases l ON l.session_pk = s.pk WHERE s.owner = ? AND s.id = ?`
 
 // GetLease implements store.Leases.
 func (s *Store) GetLease(ctx context.Context, key rein.SessionKey) (*store.Lease, error) {
-	tx, err := s.rdb.BeginTx(ctx, &sql.TxOptions{ReadOnly: true})
-	if err != nil {
-		return nil, s.fail("reading lease", err)
-	}
-	defer tx.Rollback()
-	pk, _, err := readPK(ctx, s.rq.in(tx), key)
-	if err != nil {
-		return nil, s.fail("reading lease", err)
-	}
-	l, err := scanLease(s.rq.in(tx).QueryRowContext(ctx, qLease, pk))
+	var l store.Lease
+	var expires int64
+	var held bool
+	err := s.rq.QueryRowContext(ctx, qLeaseByKey, key.Owner, key.ID).Scan(&l.Owner, &l.SessionID, &l.RunID, &l.Holder, &l.Token, &expires, &held)
 	if errors.Is(err, sql.ErrNoRows) {
+		return nil, notFound("session")
+	}
+	if err != nil {
+		return nil, s.fail("reading lease", err)
+	}
+	if !held {
 		return nil, notFound("lease")
 	}
-	if err != nil {
-		return nil, s.fail("reading lease", err)
-	}
-	return l, nil
+	l.ExpiresAt = time.UnixMicro(expires).UTC()
+	return &l, nil
 }
 
 // ListExpiredLeases implements store.Leases.

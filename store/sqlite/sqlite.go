@@ -204,7 +204,7 @@ func (s *Store) open(ctx context.Context, opts Options) error {
 		return s.fail("opening", err)
 	}
 	s.rq.db = s.rdb
-	if err := s.rq.prepare(ctx, qReadPK, qHistory, qEvents, qPending, qLease); err != nil {
+	if err := s.rq.prepare(ctx, qReadPK, qEvents, qPendingByKey, qLeaseByKey, qHistoryByKey); err != nil {
 		return s.fail("opening", err)
 	}
 	return nil
