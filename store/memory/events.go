@@ -105,11 +105,6 @@ func (t *tx) AppendEvents(evs ...rein.Event) ([]rein.Event, error) {
 	off := 0
 	ss, n := t.ss, len(t.ss.events)
 	out := make([]rein.Event, len(evs))
-	if cap(ss.events) == 0 {
-		// A session's log grows by a run's handful of events at a time:
-		// start it with room for a few runs rather than doubling from one.
-		ss.events = make([]rein.Event, 0, max(16, len(evs)))
-	}
 	for i, e := range evs {
 		// Validated above; only an empty payload is replaced.
 		p := e.Payload
