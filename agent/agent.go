@@ -381,7 +381,7 @@ func (l *loop) run(ctx context.Context) run.Outcome {
 	extra := false // this step exists only by the final-step rule
 	for step := last + 1; ; step++ {
 		if step > l.a.cfg.MaxSteps && !extra {
-			return l.finish(ctx, rein.ReasonMaxSteps, lastText, nil)
+			return l.finish(ctx, rein.ReasonMaxSteps, step-1, lastText, nil)
 		}
 		extra = false
 		if ctx.Err() != nil {
@@ -425,7 +425,7 @@ func (l *loop) run(ctx context.Context) run.Outcome {
 				extra = true
 				continue
 			}
-			return l.finish(ctx, rein.ReasonStop, st.text, &asst)
+			return l.finish(ctx, rein.ReasonStop, step, st.text, &asst)
 		}
 		if out, ok := l.saveStep(ctx, st, asst); !ok {
 			return out
@@ -924,10 +924,12 @@ func (l *loop) watchLive() {
 func (l *loop) closeLive() { l.liveCancel() }
 
 // finish ends the run with a final reply: asst (nil when the reply's
-// message is already saved, as at max_steps) and the agent.message.
-func (l *loop) finish(ctx context.Context, reason rein.Reason, text string, asst *rein.Message) run.Outcome {
+// message is already saved, as at max_steps) and the agent.message. step
+// is the step that produced the reply: a reply whose commit loses to a stop
+// is saved as that step's partial text.
+func (l *loop) finish(ctx context.Context, reason rein.Reason, step int, text string, asst *rein.Message) run.Outcome {
 	if !l.c.Commit() {
-		return l.stopped(ctx, &stepState{text: text})
+		return l.stopped(ctx, &stepState{step: step, text: text})
 	}
 	sctx, cancel := l.stopCtx()
 	defer cancel()

@@ -370,3 +370,71 @@ func (g *gatedNth) Stream(ctx context.Context, req *model.Request) (model.Stream
 	}
 	return g.Model.Stream(ctx, req)
 }
+
+// cancelAtPending cancels its run when the loop asks for the pending
+// supplements after a final step: the stop lands after the model's last
+// word and before the reply is committed.
+type cancelAtPending struct {
+	agent.Journal
+	cancel func()
+
+	mu   sync.Mutex
+	msgs []rein.Message
+}
+
+func (j *cancelAtPending) Pending(ctx context.Context) (int, error) {
+	n, err := j.Journal.Pending(ctx)
+	j.cancel()
+	return n, err
+}
+
+func (j *cancelAtPending) Finish(ctx context.Context, msgs []rein.Message, evs []rein.Event) error {
+	j.mu.Lock()
+	j.msgs = append(j.msgs, msgs...)
+	j.mu.Unlock()
+	return j.Journal.Finish(ctx, msgs, evs)
+}
+
+// A reply whose commit loses to a cancel is saved as a partial reply of
+// the step that produced it (it was saved with Step 0).
+func TestPartialReplyOfLostCommitKeepsItsStep(t *testing.T) {
+	e := newEnv(t, `
+rules:
+  - match: ".*"
+    steps:
+      - text: "calling"
+        tool_calls:
+          - name: sleep
+            input: {seconds: 0}
+      - text: "the final answer"
+`)
+	handle := make(chan *run.Run, 1)
+	var j *cancelAtPending
+	h, _ := e.startWith("r1", "go", func(inner agent.Journal) agent.Journal {
+		j = &cancelAtPending{Journal: inner, cancel: func() {
+			h := <-handle
+			h.Cancel()
+			handle <- h
+		}}
+		return j
+	}, nil)
+	handle <- h
+	res := waitRun(t, h, 10*time.Second)
+	if res.Status != rein.StatusCancelled {
+		t.Fatalf("run ended %+v, want CANCELLED", res)
+	}
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	found := false
+	for _, m := range j.msgs {
+		if m.Role == rein.RoleAssistant && m.Partial {
+			found = true
+			if m.Step != 2 || m.Text != "the final answer" {
+				t.Errorf("partial reply %+v, want step 2 with the final answer", m)
+			}
+		}
+	}
+	if !found {
+		t.Fatalf("no partial reply saved: %+v", j.msgs)
+	}
+}
