@@ -852,3 +852,40 @@ func TestSubagents(t *testing.T) {
 	s.results("tok", "ses_child_b", ev("user.interrupt", map[string]any{"run_id": run}))
 	s.completion("tok", "ses_child_b", run)
 }
+
+// TestListAgents: GET /api/agents lists the configured agents, default
+// first and the others by name, and a session can be created with each;
+// without a configuration there is one, default.
+func TestListAgents(t *testing.T) {
+	t.Parallel()
+	s := newStack(t, options{agents: []string{"zeta", "default", "alpha"}})
+	r := s.do("GET", "/api/agents", "", nil)
+	if r.status != 200 {
+		t.Fatalf("GET /api/agents: %d %s", r.status, r.body)
+	}
+	var got struct {
+		Agents []struct {
+			Name    string `json:"name"`
+			Default bool   `json:"default"`
+		} `json:"agents"`
+	}
+	if err := json.Unmarshal(r.body, &got); err != nil {
+		t.Fatal(err)
+	}
+	want := []string{"default", "alpha", "zeta"}
+	if len(got.Agents) != len(want) {
+		t.Fatalf("agents %s, want %v", r.body, want)
+	}
+	for i, a := range got.Agents {
+		if a.Name != want[i] || a.Default != (a.Name == "default") {
+			t.Fatalf("agents %s, want %v with default marked", r.body, want)
+		}
+		if r := s.do("POST", "/api/sessions", "", map[string]any{"agent": a.Name}); r.status != 201 {
+			t.Fatalf("create a session with listed agent %q: %d %s", a.Name, r.status, r.body)
+		}
+	}
+	one := newStack(t, options{})
+	if r := one.do("GET", "/api/agents", "", nil); r.status != 200 || !strings.Contains(string(r.body), `{"agents":[{"name":"default","default":true}]}`) {
+		t.Fatalf("one agent: %d %s", r.status, r.body)
+	}
+}

@@ -208,6 +208,30 @@ func decodeCreateSession(body []byte) (sessions.CreateSessionRequest, error) {
 	return req, nil
 }
 
+// agentJSON is one configured agent in GET /api/agents.
+type agentJSON struct {
+	Name    string `json:"name"`
+	Default bool   `json:"default"`
+}
+
+// listAgents is GET /api/agents: the agents a session can be created with
+// (the configuration's; the same for every owner).
+func (s *Server) listAgents(w http.ResponseWriter, r *http.Request) {
+	names := s.svc.AgentNames() // sorted
+	out := make([]agentJSON, 0, len(names))
+	for _, n := range names {
+		if n == sessions.DefaultAgent {
+			out = append(out, agentJSON{Name: n, Default: true})
+		}
+	}
+	for _, n := range names {
+		if n != sessions.DefaultAgent {
+			out = append(out, agentJSON{Name: n})
+		}
+	}
+	writeJSON(w, http.StatusOK, map[string]any{"agents": out})
+}
+
 func (s *Server) listSessions(w http.ResponseWriter, r *http.Request) {
 	list, err := s.svc.ListSessions(r.Context(), ownerOf(r))
 	if err != nil {

@@ -41,6 +41,9 @@ type options struct {
 	noStart bool
 	// workspace, for serve, is the workspace folder (default: a fresh one).
 	workspace string
+	// agents, when set, are the configured agents' names, each running
+	// the stack's agent.
+	agents []string
 }
 
 // stack is a server with everything behind it: the scripted model of
@@ -75,6 +78,12 @@ func newStack(t testing.TB, o options) *stack {
 		Heartbeat: o.heartbeat, NoStart: o.noStart,
 		Configure: func(c *sessions.Config) {
 			c.LeaseTTL, c.InterruptGrace, c.ResumeAttempts = o.leaseTTL, o.grace, o.resumeAttempts
+			if len(o.agents) > 0 {
+				c.Agents = map[string]*sessions.Agent{}
+				for _, name := range o.agents {
+					c.Agents[name] = &sessions.Agent{Loop: c.Agent}
+				}
+			}
 		},
 	})
 	return &stack{t: t, st: ts.Store, svc: ts.Service, srv: ts.Handler, url: ts.URL}

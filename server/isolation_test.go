@@ -428,6 +428,18 @@ func TestIsolationMatrix(t *testing.T) {
 				}
 			}
 		},
+		"GET /api/agents": func() {
+			// The configuration's agents, the same for every owner: no
+			// session, run or call in it.
+			r := m.send(bob, request{method: "GET", path: "/api/agents"})
+			if r.status != 200 {
+				t.Fatalf("bob lists the agents: %d %s", r.status, r.body)
+			}
+			m.noLeak("the agents", r)
+			if r := m.send("", request{method: "GET", path: "/api/agents"}); r.status != 401 {
+				t.Fatalf("the agents without a token: %d %s", r.status, r.body)
+			}
+		},
 		"GET /api/sessions": func() {
 			r := m.send(bob, request{method: "GET", path: "/api/sessions"})
 			if r.status != 200 {

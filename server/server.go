@@ -203,6 +203,7 @@ func New(cfg Config) (*Server, error) {
 	s.handle("GET", "/healthz", true, s.healthz)
 	s.handle("GET", "/readyz", true, s.readyz)
 	s.handle("GET", "/metrics", true, metricsHandler.ServeHTTP)
+	s.handle("GET", "/api/agents", false, s.listAgents)
 	s.handle("POST", "/api/sessions", false, s.createSession)
 	s.handle("GET", "/api/sessions", false, s.listSessions)
 	s.handle("GET", "/api/sessions/{id}", false, s.getSession)
