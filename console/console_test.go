@@ -501,12 +501,22 @@ type env struct {
 type envOptions struct {
 	tokens        map[string]string
 	width, height int64
+	// agents, when set, are the configured agents' names (each running
+	// the script).
+	agents []string
 }
 
 func newEnv(t *testing.T, o envOptions) *env {
 	t.Helper()
 	chromium(t) // skip (or fail) first, before starting anything
-	srv := reintest.NewServer(t, reintest.ServerOptions{Script: script, Tokens: o.tokens})
+	srv := reintest.NewServer(t, reintest.ServerOptions{Script: script, Tokens: o.tokens, Configure: func(c *sessions.Config) {
+		if len(o.agents) > 0 {
+			c.Agents = map[string]*sessions.Agent{}
+			for _, name := range o.agents {
+				c.Agents[name] = &sessions.Agent{Loop: c.Agent}
+			}
+		}
+	}})
 	px := newProxy(t, srv.URL)
 	if o.width == 0 {
 		o.width, o.height = 1280, 900
@@ -557,13 +567,18 @@ func runsOf(t *testing.T, base, token, sid string) map[string]runJSON {
 
 // ---------------------------------------------------------------- scenarios
 
-// TestSendAndStream: the console lists and creates sessions (an unknown
-// agent shows the server's 400 message), Enter sends, the reply streams in
-// delta by delta, the run ends completed with its timeline and a row in
-// the runs table, and a reload rebuilds exactly the same conversation.
+// TestSendAndStream: the console lists and creates sessions (offering the
+// configured agents; an unknown agent shows the server's 400 message),
+// Enter sends, the reply streams in delta by delta, the run ends completed
+// with its timeline and a row in the runs table, and a reload rebuilds
+// exactly the same conversation.
 func TestSendAndStream(t *testing.T) {
-	e := newEnv(t, envOptions{})
+	e := newEnv(t, envOptions{agents: []string{"researcher", "default"}})
 	p := e.page
+
+	p.waitJS(`[...document.querySelectorAll("#agent-options option")].map((o) => o.value).join(",") === "default,researcher"`,
+		"the configured agents offered, default first")
+	p.waitText("#agent-hint", "Configured: default, researcher")
 
 	p.typeIn("#new-agent", "nope")
 	p.click("#create-session")

@@ -52,7 +52,7 @@ type liveRun struct {
 	// execution read the session: the end hook is told it.
 	parent      string
 	parentKnown bool
-	attempt  int
+	attempt     int
 	// closing is what the loop's Journal.Finish handed over, written with
 	// the run's end.
 	closingMsgs []rein.Message

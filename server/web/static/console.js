@@ -258,6 +258,7 @@
     tokenDialog.close();
     auth.set(tok);
     if (tokenDialog.dataset.reason === 'change') {
+      loadAgents();
       loadSessions();
       if (current) current.reconnect();
     }
@@ -327,6 +328,26 @@
   }
 
   $('refresh-sessions').addEventListener('click', loadSessions);
+
+  // The configured agents (GET /api/agents), offered as the new session's
+  // choices; the field stays free text, so a server without the list (or
+  // one that answers late) still works and names the agents it has.
+  async function loadAgents() {
+    try {
+      const data = await api('GET', '/api/agents');
+      const agents = data.agents || [];
+      $('agent-options').replaceChildren(...agents.map((a) => el('option', { value: a.name })));
+      $('agent-hint').textContent = agents.length ? 'Configured: ' + agents.map((a) => a.name).join(', ') : '';
+      // Without a "default" agent the field starts on the first one, unless
+      // someone is already typing in it.
+      const input = $('new-agent');
+      if (agents.length && !agents.some((a) => a.default) && input.value === 'default' && document.activeElement !== input) {
+        input.value = agents[0].name;
+      }
+    } catch (err) {
+      // Creating a session still works with a typed name.
+    }
+  }
 
   $('new-session').addEventListener('submit', async (e) => {
     e.preventDefault();
@@ -1489,7 +1510,8 @@
 
   async function start() {
     if (auth.token) $('change-token').hidden = false;
-    await loadSessions();
+    await loadSessions(); // asks for the token first when one is needed
+    loadAgents();
     route();
   }
   start();
