@@ -536,7 +536,7 @@ func (s *Service) park(lr *liveRun) {
 	if err != nil {
 		return
 	}
-	if err := s.st.Update(ctx, lr.key(), fence, func(tx store.Tx) error { return tx.ReleaseLease(fence.Token) }); err != nil {
+	if err := s.life.park(ctx, lr.key(), fence); err != nil {
 		// The lease expires by itself; the run stays parked either way.
 		s.log.Warn("release the lease of a parked run", "session", lr.key().String(), "run", lr.id, "err", err)
 	} else {
@@ -856,7 +856,7 @@ func (j *journal) SaveInput(ctx context.Context, m rein.Message) error {
 	if err != nil {
 		return err
 	}
-	return j.s.st.Update(ctx, j.lr.key(), fence, func(tx store.Tx) error { return tx.AppendHistory(m) })
+	return j.s.life.saveInput(ctx, j.lr.key(), fence, m)
 }
 
 func (j *journal) Consume(ctx context.Context, step int) ([]rein.Message, error) {
@@ -994,7 +994,7 @@ func (pc *pendingConfirmation) Wait(ctx context.Context) (tool.Decision, error) 
 	if err != nil {
 		return tool.Decision{}, err
 	}
-	if err := pc.c.s.st.Update(ctx, pc.key, fence, func(tx store.Tx) error { return tx.StartConfirmation(pc.id) }); err != nil {
+	if err := pc.c.s.life.startCall(ctx, pc.key, fence, pc.id); err != nil {
 		return tool.Decision{}, err
 	}
 	return d, nil

@@ -28,6 +28,10 @@ import (
 //	consume   supplements consumed + their hints + agent.supplement_consumed
 //	saveStep  a step's assistant message + agent.tool_use + confirmations
 //	saveResult one tool result + agent.tool_result
+//	saveInput a resumed run's input message, when its transcript lacks it
+//	startCall an allowed confirmation marked started, just before its tool
+//	park      the turn let go of a run that waits only for answers (lease
+//	          released; the run stays RUNNING, its step saved)
 //	stop      user.interrupt + the durable stop request (a queued run not
 //	          held here is ended in the same write); of a run held here,
 //	          the user.interrupt alone (logStops), or within its end
@@ -596,6 +600,27 @@ func closeCalls(runID string, asst *rein.Message, open []rein.ToolCall, confs ma
 }
 
 // --------------------------------------------------------- a run's steps
+
+// saveInput records a run's input message (a resumed run whose admission
+// predates the transcript entry): one fenced write.
+func (lc *lifecycle) saveInput(ctx context.Context, key rein.SessionKey, fence store.Fence, m rein.Message) error {
+	return lc.update(ctx, key, fence, func(tx store.Tx) error { return tx.AppendHistory(m) })
+}
+
+// startCall marks an allowed confirmation started just before its tool
+// runs, fenced: a run that lost its turn cannot start it, and a crash
+// after this write answers the call in doubt instead of running it again.
+func (lc *lifecycle) startCall(ctx context.Context, key rein.SessionKey, fence store.Fence, toolUseID string) error {
+	return lc.update(ctx, key, fence, func(tx store.Tx) error { return tx.StartConfirmation(toolUseID) })
+}
+
+// park lets go of the turn of a run whose step waits only for
+// confirmation answers: it stays RUNNING in the store, its open step and
+// pending confirmations saved, holding no lease; an answer or its deadline
+// takes it up again (claimNext). One fenced write.
+func (lc *lifecycle) park(ctx context.Context, key rein.SessionKey, fence store.Fence) error {
+	return lc.update(ctx, key, fence, func(tx store.Tx) error { return tx.ReleaseLease(fence.Token) })
+}
 
 // consume moves the session's queued supplements into (runID, step).
 func (lc *lifecycle) consume(ctx context.Context, key rein.SessionKey, fence store.Fence, runID string, step int) ([]rein.Message, error) {
