@@ -52,6 +52,9 @@ type liveRun struct {
 	// execution read the session: the end hook is told it.
 	parent      string
 	parentKnown bool
+	// depth is the session's depth in its subagent tree (0: a root), known
+	// with the parent: a drain stops the deepest runs first.
+	depth int
 	attempt     int
 	// closing is what the loop's Journal.Finish handed over, written with
 	// the run's end.
@@ -346,6 +349,11 @@ func (s *Service) execute(ctx context.Context, c *run.Control, lr *liveRun) run.
 	}
 	lr.mu.Lock()
 	lr.parent, lr.parentKnown = sess.ParentID, true
+	if sess.Subagent != nil {
+		lr.depth = sess.Subagent.Depth
+	} else if sess.ParentID != "" {
+		lr.depth = 1
+	}
 	lr.mu.Unlock()
 	name := sess.Agent
 	if name == "" {

@@ -81,14 +81,48 @@ func (s *Service) Drain(ctx context.Context, timeout time.Duration) error {
 	s.draining.Store(true)
 	touched := map[rein.SessionKey]bool{}
 	stopped := map[*liveRun]bool{} // the runs it stopped: true once cancelled
-	for _, lr := range s.executing() {
-		touched[lr.key()] = true
-		lr.h.Interrupt("server shutting down")
-		stopped[lr] = false
-	}
 	t := time.NewTimer(timeout)
 	defer t.Stop()
-	if !s.waitIdle(ctx, t.C) {
+	// Children first: the deepest activations are interrupted and waited
+	// for (within the timeout) before the level above, so a parent's step
+	// sees its children's interrupted ends (their replies, their notices)
+	// rather than being cut while they still run.
+	runs := s.executing()
+	depthOf := func(lr *liveRun) int {
+		lr.mu.Lock()
+		defer lr.mu.Unlock()
+		return lr.depth
+	}
+	depths := make(map[*liveRun]int, len(runs))
+	for _, lr := range runs {
+		depths[lr] = depthOf(lr)
+	}
+	sort.SliceStable(runs, func(i, j int) bool { return depths[runs[i]] > depths[runs[j]] })
+	expired := false
+	for i := 0; i < len(runs); {
+		j := i
+		for j < len(runs) && depths[runs[j]] == depths[runs[i]] {
+			lr := runs[j]
+			touched[lr.key()] = true
+			lr.h.Interrupt("server shutting down")
+			stopped[lr] = false
+			j++
+		}
+		if j < len(runs) && !expired {
+			for _, lr := range runs[i:j] {
+				select {
+				case <-lr.h.Done():
+					continue
+				case <-t.C:
+					expired = true
+				case <-ctx.Done():
+				}
+				break
+			}
+		}
+		i = j
+	}
+	if expired || !s.waitIdle(ctx, t.C) {
 		runs := s.executing()
 		s.log.Warn("drain timeout: cancelling the runs still running", "runs", len(runs), "drain_timeout", timeout)
 		for _, lr := range runs {

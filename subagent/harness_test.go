@@ -58,6 +58,8 @@ type holdTool struct {
 	mu    sync.Mutex
 	gates map[string]chan struct{}
 	calls map[string]int // per run
+	// onStop, when set, is called as a held call sees its run stop.
+	onStop func(tool.Call)
 }
 
 func newHold() *holdTool {
@@ -87,6 +89,12 @@ func (h *holdTool) Call(ctx context.Context, c tool.Call) (tool.Result, error) {
 	case <-h.gate(c.RunID):
 		return tool.Result{Output: "released"}, nil
 	case <-ctx.Done():
+		h.mu.Lock()
+		onStop := h.onStop
+		h.mu.Unlock()
+		if onStop != nil {
+			onStop(c)
+		}
 		return tool.Result{}, context.Cause(ctx)
 	}
 }

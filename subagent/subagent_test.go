@@ -6,11 +6,13 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/reinhq/rein"
 	"github.com/reinhq/rein/sessions"
 	"github.com/reinhq/rein/store/storetest"
 	"github.com/reinhq/rein/subagent"
+	"github.com/reinhq/rein/tool"
 )
 
 // StartContinuable answers {child_id, task_id, message_id} while the
@@ -872,5 +874,50 @@ func TestDrainingRefusesActivations(t *testing.T) {
 	}
 	if n := len(w.runs(key("alice", s.ChildID))); n != 1 {
 		t.Fatalf("%d runs", n)
+	}
+}
+
+// A drain interrupts the deepest activations first and waits for them
+// before the level above: when a parent's run is stopped, its running
+// child's activation has already ended (its interrupted end recorded),
+// and the child stays resumable.
+func TestDrainStopsChildrenFirst(t *testing.T) {
+	hold := newHold()
+	w := newWorld(t, openMemory(t), subagent.Options{}, hold)
+	ctx := context.Background()
+	parent := w.root("alice")
+	p := w.send(parent, "hold parent")
+	w.waitEvent(parent, "the parent holding", func(e rein.Event) bool { return e.Type == rein.EventToolUse && e.RunID == p.RunID })
+	s := w.startChild(parent, subagent.ContinuableSpec{StartRequest: subagent.StartRequest{Prompt: "hold child"}})
+	child := key("alice", s.ChildID)
+	w.waitEvent(child, "the child holding", func(e rein.Event) bool { return e.Type == rein.EventToolUse && e.RunID == s.TaskID })
+
+	var mu sync.Mutex
+	var childAtParentStop rein.RunStatus
+	hold.mu.Lock()
+	hold.onStop = func(c tool.Call) {
+		if c.RunID != p.RunID {
+			return
+		}
+		rec, err := w.st.GetRun(ctx, child, s.TaskID)
+		mu.Lock()
+		defer mu.Unlock()
+		if err == nil {
+			childAtParentStop = rec.Status
+		}
+	}
+	hold.mu.Unlock()
+	if err := w.svc.Drain(ctx, 10*time.Second); err != nil {
+		t.Fatal(err)
+	}
+	mu.Lock()
+	got := childAtParentStop
+	mu.Unlock()
+	if !got.Terminal() {
+		t.Fatalf("the parent's run was stopped while its child's activation was %q, want it ended first", got)
+	}
+	rec, err := w.st.GetRun(ctx, child, s.TaskID)
+	if err != nil || rec.Status != rein.StatusCompleted || rec.Reason != rein.ReasonInterrupted {
+		t.Fatalf("the child's activation ended %+v %v, want COMPLETED/interrupted", rec, err)
 	}
 }
