@@ -921,3 +921,55 @@ func TestDrainStopsChildrenFirst(t *testing.T) {
 		t.Fatalf("the child's activation ended %+v %v, want COMPLETED/interrupted", rec, err)
 	}
 }
+
+// A child whose activation a drain interrupted is resumable after the
+// restart: its parent's notice of the interrupted activation arrives once,
+// and a followup starts a new activation with the child's whole
+// transcript.
+func TestDrainedChildResumesAfterRestart(t *testing.T) {
+	onBackends(t, testDrainedChildResumesAfterRestart)
+}
+
+func testDrainedChildResumesAfterRestart(t *testing.T, open opener) {
+	base := open(t)
+	hold := newHold()
+	first := newWorld(t, base, subagent.Options{}, hold, func(c *sessions.Config) { c.Instance = "first" })
+	parent := first.root("alice")
+	s := first.startChild(parent, subagent.ContinuableSpec{ChildID: "kid-drained", StartRequest: subagent.StartRequest{Prompt: "hold child"}})
+	child := key("alice", s.ChildID)
+	first.blocked(child, s.TaskID)
+	if err := first.svc.Drain(context.Background(), 10*time.Second); err != nil {
+		t.Fatal(err)
+	}
+	rec, err := base.GetRun(context.Background(), child, s.TaskID)
+	if err != nil || rec.Status != rein.StatusCompleted || rec.Reason != rein.ReasonInterrupted {
+		t.Fatalf("the drained activation: %+v %v, want COMPLETED/interrupted", rec, err)
+	}
+
+	second := newWorld(t, base, subagent.Options{}, hold, func(c *sessions.Config) { c.Instance = "second" })
+	defer dump(t, second, child, parent)
+	if p := second.settled(parent, s.TaskID); p.Status != rein.StatusCompleted {
+		t.Fatalf("the notice of the drained activation: %+v", p)
+	}
+	r := second.followup(parent, s.ChildID, "again")
+	if r.Route != subagent.RouteStarted {
+		t.Fatalf("Followup after the restart = %+v", r)
+	}
+	if p := second.completed(child, r.TaskID); p.Reason != rein.ReasonStop {
+		t.Fatalf("%+v", p)
+	}
+	if got, want := second.reply(child, r.TaskID), "echo again hints=[] turns=2"; got != want {
+		t.Fatalf("reply %q, want %q", got, want)
+	}
+	second.settled(parent, r.TaskID)
+	n := 0
+	for _, e := range second.all(parent) {
+		var p rein.SubagentCompletedPayload
+		if e.Type == rein.EventSubagentCompleted && e.DecodePayload(&p) == nil && p.TaskID == s.TaskID {
+			n++
+		}
+	}
+	if n != 1 {
+		t.Fatalf("the drained activation's subagent.completed is in the parent's log %d times, want once", n)
+	}
+}
