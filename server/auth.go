@@ -39,8 +39,9 @@ func ParseTokens(name string, r io.Reader) (map[string]string, error) {
 	for sc.Scan() {
 		line++
 		// A byte-order mark is an editor's (at the start of each file that
-		// was joined into this one), never part of a token.
-		text := strings.TrimSpace(strings.TrimPrefix(sc.Text(), "\uFEFF"))
+		// was joined into this one, perhaps after indentation), never part
+		// of a token.
+		text := strings.TrimSpace(strings.TrimPrefix(strings.TrimSpace(sc.Text()), "\uFEFF"))
 		if text == "" || strings.HasPrefix(text, "#") {
 			continue
 		}
@@ -53,6 +54,9 @@ func ParseTokens(name string, r io.Reader) (map[string]string, error) {
 		for _, w := range fields {
 			if i := strings.IndexFunc(w, func(r rune) bool { return r < ' ' || r == 0x7f }); i >= 0 {
 				return nil, fmt.Errorf("%s:%d: a token or owner holds the control character %q", name, line, w[i])
+			}
+			if strings.HasPrefix(w, "\uFEFF") {
+				return nil, fmt.Errorf("%s:%d: a token or owner starts with a byte-order mark (U+FEFF), which no client sends", name, line)
 			}
 		}
 		tok, owner := fields[0], fields[1]

@@ -42,7 +42,7 @@ func FuzzParseTokens(f *testing.F) {
 		}
 		lines := map[string]bool{}
 		for _, l := range strings.Split(string(data), "\n") {
-			lines[strings.Join(strings.Fields(strings.TrimPrefix(l, "\uFEFF")), " ")] = true
+			lines[strings.Join(strings.Fields(strings.TrimPrefix(strings.TrimSpace(l), "\uFEFF")), " ")] = true
 		}
 		for tok, owner := range tokens {
 			if !lines[tok+" "+owner] {
@@ -93,13 +93,14 @@ func TestParseTokensControlCharactersAndBOM(t *testing.T) {
 		"tok-a alice\nt\x00k bob\n": `tokens.txt:2: a token or owner holds the control character '\x00'`,
 		"tok\x01 alice\n":           `tokens.txt:1: a token or owner holds the control character '\x01'`,
 		"tok alice\x7f\n":           `tokens.txt:1: a token or owner holds the control character '\x7f'`,
+		"tok \uFEFFalice\n":         `tokens.txt:1: a token or owner starts with a byte-order mark (U+FEFF), which no client sends`,
 	} {
 		if _, err := ParseTokens("tokens.txt", strings.NewReader(text)); err == nil || err.Error() != want {
 			t.Errorf("%q: %v, want %s", text, err, want)
 		}
 	}
-	got, err := ParseTokens("tokens.txt", strings.NewReader("\uFEFFtok-a alice\n\uFEFF# joined\n\uFEFFtok-b bob\n"))
-	if err != nil || len(got) != 2 || got["tok-a"] != "alice" || got["tok-b"] != "bob" {
+	got, err := ParseTokens("tokens.txt", strings.NewReader("\uFEFFtok-a alice\n\uFEFF# joined\n\uFEFFtok-b bob\n  \uFEFFtok-c carol\n"))
+	if err != nil || len(got) != 3 || got["tok-a"] != "alice" || got["tok-b"] != "bob" || got["tok-c"] != "carol" {
 		t.Fatalf("tokens %q, %v", got, err)
 	}
 }
