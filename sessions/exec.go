@@ -54,8 +54,8 @@ type liveRun struct {
 	parentKnown bool
 	// depth is the session's depth in its subagent tree (0: a root), known
 	// with the parent: a drain stops the deepest runs first.
-	depth int
-	attempt     int
+	depth   int
+	attempt int
 	// closing is what the loop's Journal.Finish handed over, written with
 	// the run's end.
 	closingMsgs []rein.Message
