@@ -185,6 +185,25 @@ func (w *world) followup(parent rein.SessionKey, child, content string) subagent
 	return r
 }
 
+// resumesWithTranscript follows up the idle child of parent after a
+// restart: the followup starts a new activation, which completes with a
+// reply that saw the child's one earlier turn, and the parent is notified.
+func (w *world) resumesWithTranscript(parent rein.SessionKey, childID, content string) {
+	w.t.Helper()
+	r := w.followup(parent, childID, content)
+	if r.Route != subagent.RouteStarted {
+		w.t.Fatalf("Followup after the restart = %+v", r)
+	}
+	child := key(parent.Owner, childID)
+	if p := w.completed(child, r.TaskID); p.Reason != rein.ReasonStop {
+		w.t.Fatalf("%+v", p)
+	}
+	if got, want := w.reply(child, r.TaskID), "echo "+content+" hints=[] turns=2"; got != want {
+		w.t.Fatalf("reply %q, want %q", got, want)
+	}
+	w.settled(parent, r.TaskID)
+}
+
 // waitEvent waits (on the log, never on time) for an event of key's log
 // matching pred, and returns it.
 func (w *world) waitEvent(key rein.SessionKey, what string, pred func(rein.Event) bool) rein.Event {

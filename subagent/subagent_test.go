@@ -218,17 +218,7 @@ func testFollowupAfterCrash(t *testing.T, open opener) {
 	if _, err := second.m.Followup(context.Background(), other, s.ChildID, "not yours", subagent.FollowupOptions{}); code(err) != subagent.CodeUnauthorized {
 		t.Fatalf("another root after the restart: %v, want unauthorized", err)
 	}
-	r := second.followup(parent, s.ChildID, "second task")
-	if r.Route != subagent.RouteStarted {
-		t.Fatalf("Followup after the restart = %+v", r)
-	}
-	if p := second.completed(child, r.TaskID); p.Reason != rein.ReasonStop {
-		t.Fatalf("%+v", p)
-	}
-	if got, want := second.reply(child, r.TaskID), "echo second task hints=[] turns=2"; got != want {
-		t.Fatalf("reply %q, want %q", got, want)
-	}
-	second.settled(parent, r.TaskID)
+	second.resumesWithTranscript(parent, s.ChildID, "second task")
 }
 
 // Only the direct parent session may follow up (or steer, or stop) a
@@ -951,17 +941,7 @@ func testDrainedChildResumesAfterRestart(t *testing.T, open opener) {
 	if p := second.settled(parent, s.TaskID); p.Status != rein.StatusCompleted {
 		t.Fatalf("the notice of the drained activation: %+v", p)
 	}
-	r := second.followup(parent, s.ChildID, "again")
-	if r.Route != subagent.RouteStarted {
-		t.Fatalf("Followup after the restart = %+v", r)
-	}
-	if p := second.completed(child, r.TaskID); p.Reason != rein.ReasonStop {
-		t.Fatalf("%+v", p)
-	}
-	if got, want := second.reply(child, r.TaskID), "echo again hints=[] turns=2"; got != want {
-		t.Fatalf("reply %q, want %q", got, want)
-	}
-	second.settled(parent, r.TaskID)
+	second.resumesWithTranscript(parent, s.ChildID, "again")
 	n := 0
 	for _, e := range second.all(parent) {
 		var p rein.SubagentCompletedPayload
