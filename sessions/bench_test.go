@@ -48,12 +48,12 @@ func BenchmarkRunOverhead(b *testing.B) {
 		if err != nil {
 			b.Fatal(err)
 		}
-		waitCompleted(b, svc, key, res.RunID)
+		waitLogged(b, svc, key, res.RunID, rein.EventRunCompleted)
 	}
 }
 
-// waitCompleted waits on the log for the run's session.run_completed.
-func waitCompleted(b *testing.B, svc *sessions.Service, key rein.SessionKey, runID string) {
+// waitLogged waits on the log for the run's first event of type typ.
+func waitLogged(b *testing.B, svc *sessions.Service, key rein.SessionKey, runID string, typ rein.EventType) {
 	ctx := context.Background()
 	last := int64(0)
 	for {
@@ -62,7 +62,7 @@ func waitCompleted(b *testing.B, svc *sessions.Service, key rein.SessionKey, run
 			b.Fatal(err)
 		}
 		for _, e := range evs {
-			if e.Type == rein.EventRunCompleted && e.RunID == runID {
+			if e.Type == typ && e.RunID == runID {
 				return
 			}
 			last = e.Seq
@@ -177,7 +177,7 @@ func benchCancel(b *testing.B, st store.Store) {
 		if err != nil {
 			b.Fatal(err)
 		}
-		waitFirstDelta(b, svc, key, res.RunID)
+		waitLogged(b, svc, key, res.RunID, rein.EventMessageDelta)
 		b.StartTimer()
 		t0 := time.Now()
 		out, err := svc.Interrupt(ctx, key, sessions.InterruptRequest{RunID: &res.RunID, Mode: rein.StopCancel})
@@ -203,25 +203,4 @@ func benchCancel(b *testing.B, st store.Store) {
 	b.ReportMetric(float64(lat[len(lat)*99/100].Nanoseconds())/1e3, "p99-us")
 	b.ReportMetric(float64(answers[len(answers)/2].Nanoseconds())/1e3, "answer-p50-us")
 	b.ReportMetric(100*float64(merged)/float64(b.N), "merged-%")
-}
-
-// waitFirstDelta waits on the log for the run's first agent.message.delta.
-func waitFirstDelta(b *testing.B, svc *sessions.Service, key rein.SessionKey, runID string) {
-	ctx := context.Background()
-	last := int64(0)
-	for {
-		evs, _, err := svc.ReadEvents(ctx, key, last, 1000)
-		if err != nil {
-			b.Fatal(err)
-		}
-		for _, e := range evs {
-			if e.Type == rein.EventMessageDelta && e.RunID == runID {
-				return
-			}
-			last = e.Seq
-		}
-		if err := svc.WaitEvents(ctx, key, last); err != nil {
-			b.Fatal(err)
-		}
-	}
 }
