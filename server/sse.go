@@ -1,7 +1,6 @@
 package server
 
 import (
-	"bufio"
 	"bytes"
 	"context"
 	"errors"
@@ -154,8 +153,10 @@ func (s *Server) openStream(w http.ResponseWriter, r *http.Request) *stream {
 	h.Set("X-Accel-Buffering", "no") // proxies (nginx) must not buffer a stream
 	rc := http.NewResponseController(w)
 	if r.ProtoMajor == 1 {
-		if conn, brw, err := rc.Hijack(); err == nil {
-			return st.detach(r, h, conn, brw)
+		// Nothing more is read from the client: what net/http read ahead
+		// (nothing, for a GET) goes with its buffers.
+		if conn, _, err := rc.Hijack(); err == nil {
+			return st.detach(r, h, conn)
 		}
 	}
 	st.base = r.Context()
@@ -180,7 +181,7 @@ func (st *stream) begin() {
 
 // detach finishes opening a stream whose connection was taken over: it
 // writes the response head itself and lets go of net/http's buffers.
-func (st *stream) detach(r *http.Request, h http.Header, conn net.Conn, brw *bufio.ReadWriter) *stream {
+func (st *stream) detach(r *http.Request, h http.Header, conn net.Conn) *stream {
 	st.conn = conn
 	chunked := r.ProtoAtLeast(1, 1)
 	st.out = connSink{c: conn, chunked: chunked}
@@ -202,9 +203,6 @@ func (st *stream) detach(r *http.Request, h http.Header, conn net.Conn, brw *buf
 		st.close()
 		return nil
 	}
-	// Nothing else is read from the client; what net/http read ahead
-	// (nothing, for a GET) is dropped with its buffers.
-	_ = brw
 	st.readDone = make(chan struct{})
 	go st.watchClient()
 	return st
@@ -241,7 +239,9 @@ func (st *stream) close() {
 			_, _ = cs.c.Write([]byte("0\r\n\r\n"))
 		}
 		st.conn.Close()
-		<-st.readDone
+		if st.readDone != nil { // nil: the head could not be written, no reader started
+			<-st.readDone
+		}
 	}
 	st.s.metrics.sseSubscribers.Dec()
 	st.s.releaseStream(st.key.Owner)
