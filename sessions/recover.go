@@ -109,16 +109,7 @@ func (s *Service) Drain(ctx context.Context, timeout time.Duration) error {
 			j++
 		}
 		if j < len(runs) && !expired {
-			for _, lr := range runs[i:j] {
-				select {
-				case <-lr.h.Done():
-					continue
-				case <-t.C:
-					expired = true
-				case <-ctx.Done():
-				}
-				break
-			}
+			expired = !waitEnded(ctx, runs[i:j], t.C)
 		}
 		i = j
 	}
@@ -177,6 +168,21 @@ func (s *Service) Drain(ctx context.Context, timeout time.Duration) error {
 		return ctx.Err()
 	}
 	return nil
+}
+
+// waitEnded waits until every run of runs has ended; false when timeout
+// fired first (it is then spent). ctx ending stops the wait too.
+func waitEnded(ctx context.Context, runs []*liveRun, timeout <-chan time.Time) bool {
+	for _, lr := range runs {
+		select {
+		case <-lr.h.Done():
+		case <-timeout:
+			return false
+		case <-ctx.Done():
+			return true
+		}
+	}
+	return true
 }
 
 // heldWaiting counts the runs held here that never started: they stay
