@@ -105,6 +105,11 @@ type Sessions interface {
 	// ListChildren returns the direct children of key (ParentID == key.ID,
 	// same owner), in creation order. Never nil.
 	ListChildren(ctx context.Context, key rein.SessionKey) ([]*Session, error)
+	// SessionIDInUse reports whether a session of any owner has this id.
+	// It is the one owner-blind read: a subagent operation from another
+	// owner's session answers "unauthorized" rather than "no such child"
+	// (and learns nothing else about it).
+	SessionIDInUse(ctx context.Context, id string) (bool, error)
 	// SetSystem replaces the session's system override (nil clears it).
 	SetSystem(ctx context.Context, key rein.SessionKey, system *string) error
 }

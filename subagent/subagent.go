@@ -18,13 +18,16 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/reinhq/rein"
 	"github.com/reinhq/rein/sessions"
 	"github.com/reinhq/rein/store"
+	"github.com/reinhq/rein/tool"
 )
 
 // Error codes of failed subagent operations (docs/api.md), as the model reads
@@ -64,6 +67,10 @@ type Options struct {
 	MaxDepth int
 	// Logger (nil: discard).
 	Logger *slog.Logger
+	// Agents are the configured agents a model may name as a child's
+	// (spawn_agent's "agent"), first the default; empty: a child runs its
+	// parent's agent.
+	Agents []string
 }
 
 // Manager runs subagents over a sessions service. Create it before the
@@ -72,9 +79,29 @@ type Options struct {
 type Manager struct {
 	maxDepth int
 	log      *slog.Logger
+	agents   []string
 
 	mu  sync.RWMutex
 	svc *sessions.Service
+	// spawnSpec is spawn_agent's spec, made once the agents are known
+	// (SetAgents drops it).
+	spawnSpec atomic.Pointer[tool.Spec]
+}
+
+// SetAgents sets the configured agents a model may name as a child's
+// (Options.Agents), for when they are known only after the Manager's tools
+// were made: call it before the tools are offered.
+func (m *Manager) SetAgents(names []string) {
+	m.mu.Lock()
+	m.agents = slices.Clone(names)
+	m.mu.Unlock()
+	m.spawnSpec.Store(nil)
+}
+
+func (m *Manager) agentNames() []string {
+	m.mu.RLock()
+	defer m.mu.RUnlock()
+	return m.agents
 }
 
 // New returns a Manager.
@@ -85,7 +112,7 @@ func New(opts Options) *Manager {
 	if opts.Logger == nil {
 		opts.Logger = slog.New(slog.DiscardHandler)
 	}
-	return &Manager{maxDepth: opts.MaxDepth, log: opts.Logger}
+	return &Manager{maxDepth: opts.MaxDepth, log: opts.Logger, agents: slices.Clone(opts.Agents)}
 }
 
 // Bind gives the Manager the service it works over.
@@ -117,6 +144,9 @@ type StartRequest struct {
 	Label string
 	// Agent is the configured agent the child runs ("": the parent's).
 	Agent string
+	// Model is the model the child runs, as the service's Config.Models
+	// opens it ("": its agent's).
+	Model string
 	// System is the child's system prompt or persona ("": its agent's).
 	System string
 	// ToolFilter narrows the tools the child is offered (nil: its agent's).
@@ -146,7 +176,7 @@ func (m *Manager) descriptor(ctx context.Context, svc *sessions.Service, parent 
 	if depth > m.maxDepth {
 		return store.SubagentDescriptor{}, errorf(CodeDepthExceeded, "delegation is capped at depth %d", m.maxDepth)
 	}
-	return store.SubagentDescriptor{Agent: req.Agent, Label: req.Label, System: req.System,
+	return store.SubagentDescriptor{Agent: req.Agent, Label: req.Label, Model: req.Model, System: req.System,
 		ToolFilter: req.ToolFilter, Depth: depth, Continuable: continuable}, nil
 }
 
@@ -295,12 +325,21 @@ type FollowupResult struct {
 	TaskID    string
 }
 
-// authorize loads the child and checks that parent is its direct parent
+// lookup loads the child and checks that parent is its direct parent
 // session of the same owner — against the store, so it holds after a
-// restart and from any instance.
-func (m *Manager) authorize(ctx context.Context, svc *sessions.Service, parent rein.SessionKey, childID string) (*sessions.SessionInfo, error) {
+// restart and from any instance. An id no session has is not_resumable;
+// one that names another owner's session, or a session that is not
+// parent's child, is unauthorized (and nothing else is said about it).
+func (m *Manager) lookup(ctx context.Context, svc *sessions.Service, parent rein.SessionKey, childID string) (*sessions.SessionInfo, error) {
 	info, err := svc.GetSession(ctx, rein.SessionKey{Owner: parent.Owner, ID: childID})
 	if errors.Is(err, rein.ErrNotFound) {
+		inUse, uerr := svc.SessionIDInUse(ctx, childID)
+		if uerr != nil {
+			return nil, uerr
+		}
+		if inUse {
+			return nil, errorf(CodeUnauthorized, "only the direct parent session of %q may do that", childID)
+		}
 		return nil, errorf(CodeNotResumable, "no subagent %q", childID)
 	}
 	if err != nil {
@@ -308,6 +347,16 @@ func (m *Manager) authorize(ctx context.Context, svc *sessions.Service, parent r
 	}
 	if info.ParentID != parent.ID {
 		return nil, errorf(CodeUnauthorized, "only the direct parent session of %q may do that", childID)
+	}
+	return info, nil
+}
+
+// authorize is lookup for an operation that continues the child: it must
+// have a continuable descriptor.
+func (m *Manager) authorize(ctx context.Context, svc *sessions.Service, parent rein.SessionKey, childID string) (*sessions.SessionInfo, error) {
+	info, err := m.lookup(ctx, svc, parent, childID)
+	if err != nil {
+		return nil, err
 	}
 	if info.Subagent == nil || !info.Subagent.Continuable {
 		return nil, errorf(CodeNotResumable, "subagent %q cannot be continued", childID)
@@ -410,15 +459,9 @@ func (m *Manager) Interrupt(ctx context.Context, parent rein.SessionKey, childID
 	if svc == nil {
 		return false, errors.New("subagent: the manager is not bound to a service")
 	}
-	info, err := svc.GetSession(ctx, rein.SessionKey{Owner: parent.Owner, ID: childID})
-	if errors.Is(err, rein.ErrNotFound) {
-		return false, errorf(CodeNotResumable, "no subagent %q", childID)
-	}
+	info, err := m.lookup(ctx, svc, parent, childID)
 	if err != nil {
 		return false, err
-	}
-	if info.ParentID != parent.ID {
-		return false, errorf(CodeUnauthorized, "only the direct parent session of %q may do that", childID)
 	}
 	res, err := svc.Interrupt(ctx, info.Key(), sessions.InterruptRequest{Mode: rein.StopCancel})
 	if err != nil {

@@ -259,9 +259,11 @@ func TestFollowupAuthority(t *testing.T) {
 		{"the child itself", child, s.ChildID, subagent.CodeUnauthorized},
 		{"the grandparent", parent, gc.ChildID, subagent.CodeUnauthorized},
 		{"unknown child", parent, "no-such-child", subagent.CodeNotResumable},
-		// The lead's choice: another owner cannot see the child at all.
-		{"a session of another owner", bob, s.ChildID, subagent.CodeNotResumable},
-		{"another owner with the parent's id", key("bob", parent.ID), s.ChildID, subagent.CodeNotResumable},
+		// Another owner is refused like any session that is not the
+		// parent, and learns nothing else; an id no one has is unknown.
+		{"a session of another owner", bob, s.ChildID, subagent.CodeUnauthorized},
+		{"another owner with the parent's id", key("bob", parent.ID), s.ChildID, subagent.CodeUnauthorized},
+		{"another owner, unknown child", bob, "no-such-child", subagent.CodeNotResumable},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			_, err := w.m.Followup(ctx, tc.caller, tc.child, "do something else", subagent.FollowupOptions{Source: "parent"})

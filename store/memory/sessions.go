@@ -87,6 +87,20 @@ func (s *Store) ListSessions(ctx context.Context, owner string) ([]*store.Sessio
 	return out, nil
 }
 
+// SessionIDInUse implements store.Sessions.
+func (s *Store) SessionIDInUse(ctx context.Context, id string) (bool, error) {
+	if err := s.lock(ctx); err != nil {
+		return false, err
+	}
+	defer s.mu.Unlock()
+	for k := range s.sessions {
+		if k.ID == id {
+			return true, nil
+		}
+	}
+	return false, nil
+}
+
 // ListChildren implements store.Sessions.
 func (s *Store) ListChildren(ctx context.Context, key rein.SessionKey) ([]*store.Session, error) {
 	if err := s.lock(ctx); err != nil {

@@ -109,6 +109,21 @@ func (s *Store) ListSessions(ctx context.Context, owner string) ([]*store.Sessio
 		WHERE owner = $1 ORDER BY created_at DESC, id DESC`, owner)
 }
 
+// SessionIDInUse reports whether a session of any owner has id.
+func (s *Store) SessionIDInUse(ctx context.Context, id string) (bool, error) {
+	if err := s.checkOpen(); err != nil {
+		return false, err
+	}
+	octx, cancel := s.opContext(ctx)
+	defer cancel()
+	var found bool
+	err := s.pool.QueryRow(octx, `SELECT EXISTS (SELECT 1 FROM sessions WHERE id = $1)`, id).Scan(&found)
+	if err != nil {
+		return false, s.fail(ctx, octx, "look up a session id", err)
+	}
+	return found, nil
+}
+
 // ListChildren returns the session's direct children in creation order.
 func (s *Store) ListChildren(ctx context.Context, key rein.SessionKey) ([]*store.Session, error) {
 	return s.listSessions(ctx, "list children", `SELECT `+sessionColumns+` FROM sessions

@@ -137,6 +137,19 @@ func (s *Store) ListSessions(ctx context.Context, owner string) ([]*store.Sessio
 		`SELECT `+sessionColumns+` FROM sessions WHERE owner = ? ORDER BY created_at DESC, id DESC`, owner)
 }
 
+// SessionIDInUse implements store.Sessions.
+func (s *Store) SessionIDInUse(ctx context.Context, id string) (bool, error) {
+	var one int
+	err := s.rq.QueryRowContext(ctx, `SELECT 1 FROM sessions WHERE id = ? LIMIT 1`, id).Scan(&one)
+	if errors.Is(err, sql.ErrNoRows) {
+		return false, nil
+	}
+	if err != nil {
+		return false, s.fail("looking up a session id", err)
+	}
+	return true, nil
+}
+
 // ListChildren implements store.Sessions.
 func (s *Store) ListChildren(ctx context.Context, key rein.SessionKey) ([]*store.Session, error) {
 	if key.ID == "" {

@@ -19,6 +19,7 @@ var _ = register(
 	test{"Sessions/InvalidMetadataRejected", testSessionInvalidMetadata},
 	test{"Sessions/ListNewestFirstThenIDDesc", testListSessions},
 	test{"Sessions/ListChildrenCreationOrder", testListChildren},
+	test{"Sessions/IDInUseAcrossOwners", testSessionIDInUse},
 	test{"Sessions/SetSystem", testSetSystem},
 	test{"Sessions/ValuesAreCopied", testSessionCopies},
 )
@@ -113,6 +114,20 @@ func testSessionSameIDOtherOwner(t *T) {
 		must(t, err, "GetSession "+owner)
 		if !jsonEqual(got.Metadata, []byte(`{"who":"`+owner+`"}`)) {
 			t.Fatalf("%s sees metadata %s", owner, got.Metadata)
+		}
+	}
+}
+
+func testSessionIDInUse(t *T) {
+	key := t.newSession("alice")
+	for _, c := range []struct {
+		id   string
+		want bool
+	}{{key.ID, true}, {"ses_never", false}, {"", false}} {
+		got, err := t.S.SessionIDInUse(t.Ctx, c.id)
+		must(t, err, "SessionIDInUse("+c.id+")")
+		if got != c.want {
+			t.Fatalf("SessionIDInUse(%q) = %v, want %v", c.id, got, c.want)
 		}
 	}
 }
