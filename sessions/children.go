@@ -8,6 +8,7 @@ import (
 
 	"github.com/reinhq/rein"
 	"github.com/reinhq/rein/internal/id"
+	"github.com/reinhq/rein/model"
 	"github.com/reinhq/rein/store"
 )
 
@@ -56,8 +57,17 @@ func (s *Service) CreateChild(ctx context.Context, parent rein.SessionKey, req C
 	if d.Agent == "" {
 		d.Agent = DefaultAgent
 	}
-	if s.cfg.Agents[d.Agent] == nil {
+	ag := s.cfg.Agents[d.Agent]
+	if ag == nil {
 		return nil, rein.InvalidArgument("agent", "unknown agent %q", d.Agent)
+	}
+	if d.Model == "" {
+		d.Model = ag.Model
+	} else if d.Model != ag.Model {
+		// Opened now, so a bad name fails the start, not every activation.
+		if _, err := s.childModel(d.Model); err != nil {
+			return nil, err
+		}
 	}
 	childID := req.ID
 	if childID == "" {
@@ -73,6 +83,34 @@ func (s *Service) CreateChild(ctx context.Context, parent rein.SessionKey, req C
 		return nil, err
 	}
 	return s.st.GetSession(ctx, sess.Key())
+}
+
+// childModel opens (once) the model a child's descriptor names.
+func (s *Service) childModel(name string) (model.Model, error) {
+	if s.cfg.Models == nil {
+		return nil, rein.InvalidArgument("model", "model %q: this service runs children with their agent's model only", name)
+	}
+	s.modelsMu.Lock()
+	defer s.modelsMu.Unlock()
+	if m, ok := s.models[name]; ok {
+		return m, nil
+	}
+	m, err := s.cfg.Models(name)
+	if err != nil {
+		return nil, rein.InvalidArgument("model", "model %q: %v", name, err)
+	}
+	if s.models == nil {
+		s.models = map[string]model.Model{}
+	}
+	s.models[name] = m
+	return m, nil
+}
+
+// SessionIDInUse reports whether a session of any owner has id: the one
+// owner-blind read, so that a subagent operation from another owner's
+// session is refused as unauthorized (and learns nothing else).
+func (s *Service) SessionIDInUse(ctx context.Context, id string) (bool, error) {
+	return s.st.SessionIDInUse(ctx, id)
 }
 
 // ListChildren returns the direct children of key, oldest first.

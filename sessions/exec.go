@@ -13,6 +13,7 @@ import (
 
 	"github.com/reinhq/rein"
 	"github.com/reinhq/rein/agent"
+	"github.com/reinhq/rein/model"
 	"github.com/reinhq/rein/run"
 	"github.com/reinhq/rein/store"
 	"github.com/reinhq/rein/telemetry/spans"
@@ -386,8 +387,16 @@ func (s *Service) execute(ctx context.Context, c *run.Control, lr *liveRun) run.
 			tools = tools.Filter(sess.Subagent.ToolFilter)
 		}
 	}
+	var mdl model.Model
+	if sess.Subagent != nil && sess.Subagent.Model != "" && sess.Subagent.Model != ag.Model {
+		// A child runs with the model its descriptor names.
+		if mdl, err = s.childModel(sess.Subagent.Model); err != nil {
+			return run.Outcome{Reason: rein.ReasonError, Err: err}
+		}
+	}
 	// The handle executes once, so its liveRun holds the one Turn.
 	lr.turn = agent.Turn{
+		Model:      mdl,
 		Tools:      tools,
 		Session:    key,
 		RunID:      rec.ID,

@@ -30,6 +30,7 @@ import (
 	"github.com/reinhq/rein"
 	"github.com/reinhq/rein/agent"
 	"github.com/reinhq/rein/internal/id"
+	"github.com/reinhq/rein/model"
 	"github.com/reinhq/rein/run"
 	"github.com/reinhq/rein/store"
 	"github.com/reinhq/rein/telemetry/spans"
@@ -85,6 +86,11 @@ type Config struct {
 	// runs with one (CreateSessionRequest.Agent, default DefaultAgent).
 	// Nil means one agent, DefaultAgent, made of Agent and System.
 	Agents map[string]*Agent
+	// Models opens a model by name (an Agent.Model value, e.g.
+	// "openai:gpt-4o-mini"): a subagent child whose descriptor names a
+	// model other than its agent's runs with it. Nil: children run with
+	// their agent's model only.
+	Models func(name string) (model.Model, error)
 	// MaxRunsInFlight bounds the runs this instance holds (running, or
 	// queued for their session's turn): a user.message beyond it is
 	// refused at once with an *OverloadError (unavailable, Retry-After),
@@ -114,6 +120,9 @@ type Agent struct {
 	// per run, so tools that appear later (an MCP server that came up) are
 	// offered from the next run on.
 	Tools func() *tool.Registry
+	// Model names the loop's model (as Config.Models would open it); a
+	// child's descriptor records it, so a reader knows what ran.
+	Model string
 }
 
 // Observer receives the service's measurements, for metrics. Methods are
@@ -182,6 +191,10 @@ type Service struct {
 	// parkOnStop is draining.Load as a func value, made once (each run's
 	// agent.Turn.ParkOnStop).
 	parkOnStop func() bool
+
+	// models caches Config.Models by name (guarded by modelsMu).
+	modelsMu sync.Mutex
+	models   map[string]model.Model
 
 	mu    sync.Mutex
 	live  map[string]*liveRun          // run id → run held here

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"strings"
 
 	"github.com/reinhq/rein"
 	"github.com/reinhq/rein/tool"
@@ -27,16 +28,29 @@ func Tools(m *Manager) []tool.Tool {
 
 type spawnTool struct{ m *Manager }
 
-func (spawnTool) Spec() tool.Spec {
-	return tool.Spec{
-		Name:        ToolSpawn,
-		Description: "Delegate a task to a subagent. In the foreground (the default) it waits and returns the subagent's output; with background: true it returns at once with the subagent's id, which send_message can continue later.",
-		InputSchema: json.RawMessage(`{"type":"object","additionalProperties":false,"required":["description","prompt"],
-"properties":{"description":{"type":"string","description":"a short label for the task"},
-"prompt":{"type":"string","minLength":1,"description":"what the subagent should do"},
-"background":{"type":"boolean","description":"start a continuable subagent and return at once"},
-"subagent_id":{"type":"string","minLength":1,"description":"the id to give a background subagent"}}}`),
+// Spec is spawn_agent's; with more than one configured agent, its input
+// lets the model name the child's ("agent", one of them).
+func (t spawnTool) Spec() tool.Spec {
+	if sp := t.m.spawnSpec.Load(); sp != nil {
+		return *sp
 	}
+	props := map[string]any{
+		"description": map[string]any{"type": "string", "description": "a short label for the task"},
+		"prompt":      map[string]any{"type": "string", "minLength": 1, "description": "what the subagent should do"},
+		"background":  map[string]any{"type": "boolean", "description": "start a continuable subagent and return at once"},
+		"subagent_id": map[string]any{"type": "string", "minLength": 1, "description": "the id to give a background subagent"},
+	}
+	desc := "Delegate a task to a subagent. In the foreground (the default) it waits and returns the subagent's output; with background: true it returns at once with the subagent's id, which send_message can continue later."
+	if agents := t.m.agentNames(); len(agents) > 1 {
+		props["agent"] = map[string]any{"type": "string", "enum": agents,
+			"description": "the configured agent the subagent runs (default: this session's)"}
+		desc += " The subagent runs this session's agent unless \"agent\" names another: " + strings.Join(agents, ", ") + "."
+	}
+	schema, _ := json.Marshal(map[string]any{"type": "object", "additionalProperties": false,
+		"required": []string{"description", "prompt"}, "properties": props})
+	sp := &tool.Spec{Name: ToolSpawn, Description: desc, InputSchema: schema}
+	t.m.spawnSpec.CompareAndSwap(nil, sp)
+	return *sp
 }
 
 func (t spawnTool) Call(ctx context.Context, c tool.Call) (tool.Result, error) {
@@ -45,11 +59,12 @@ func (t spawnTool) Call(ctx context.Context, c tool.Call) (tool.Result, error) {
 		Prompt      string `json:"prompt"`
 		Background  bool   `json:"background"`
 		SubagentID  string `json:"subagent_id"`
+		Agent       string `json:"agent"`
 	}
 	if err := json.Unmarshal(c.Input, &in); err != nil {
 		return fail(err), nil
 	}
-	req := StartRequest{Prompt: in.Prompt, Label: in.Description}
+	req := StartRequest{Prompt: in.Prompt, Label: in.Description, Agent: in.Agent}
 	if in.Background {
 		s, err := t.m.StartContinuable(ctx, c.Session, ContinuableSpec{StartRequest: req, ChildID: in.SubagentID})
 		if err != nil {

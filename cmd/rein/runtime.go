@@ -213,8 +213,9 @@ func buildRuntime(ctx context.Context, o runtimeOptions) (*runtime, error) {
 			rt.closeMCP()
 			return nil, err
 		}
-		agents[name] = &sessions.Agent{Loop: loop, System: a.System, Tools: toolsets.forAgent(a, o.Logger)}
+		agents[name] = &sessions.Agent{Loop: loop, System: a.System, Tools: toolsets.forAgent(a, o.Logger), Model: a.Model}
 	}
+	sub.SetAgents(cfg.AgentNames)
 	st, err := backend.Open(ctx, o.Store, backend.Options{LeaseTTL: o.LeaseTTL})
 	if err != nil {
 		rt.closeMCP()
@@ -232,6 +233,7 @@ func buildRuntime(ctx context.Context, o runtimeOptions) (*runtime, error) {
 		Observer:         o.Observer,
 		System:           o.System,
 		OnRunEnd:         sub.OnRunEnd,
+		Models:           openModel,
 		Retention:        o.Retention,
 		MaxRunsInFlight:  o.MaxRunsInFlight,
 		MaxPendingWrites: o.MaxPendingWrites,
