@@ -67,6 +67,11 @@ type Options struct {
 	MaxDepth int
 	// Logger (nil: discard).
 	Logger *slog.Logger
+	// WakeParents: a background child's settlement starts a run of its
+	// parent when the parent is idle, so the parent reacts to the notice
+	// at once instead of at its next message (docs/api.md). Off, an idle
+	// parent is never started by a notice.
+	WakeParents bool
 	// Agents are the configured agents a model may name as a child's
 	// (spawn_agent's "agent"), first the default; empty: a child runs its
 	// parent's agent.
@@ -80,6 +85,7 @@ type Manager struct {
 	maxDepth int
 	log      *slog.Logger
 	agents   []string
+	wake     bool
 
 	mu  sync.RWMutex
 	svc *sessions.Service
@@ -112,7 +118,7 @@ func New(opts Options) *Manager {
 	if opts.Logger == nil {
 		opts.Logger = slog.New(slog.DiscardHandler)
 	}
-	return &Manager{maxDepth: opts.MaxDepth, log: opts.Logger, agents: slices.Clone(opts.Agents)}
+	return &Manager{maxDepth: opts.MaxDepth, log: opts.Logger, agents: slices.Clone(opts.Agents), wake: opts.WakeParents}
 }
 
 // Bind gives the Manager the service it works over.
@@ -564,8 +570,36 @@ func (m *Manager) OnRunEnd(ctx context.Context, end sessions.RunEnd) {
 	if end.Reply != nil && *end.Reply != "" {
 		text += " Its reply: " + *end.Reply
 	}
-	if _, err := svc.Notice(ctx, parent, noticeID(end.RunID), text, ev); err != nil {
+	created, err := svc.Notice(ctx, parent, noticeID(end.RunID), text, ev)
+	if err != nil {
 		m.log.Error("deliver subagent notice", "parent", parent.String(), "child", end.Session.ID, "err", err)
+		return
+	}
+	if created && m.wake {
+		m.wakeParent(ctx, svc, parent, label, end)
+	}
+}
+
+// wakeParent starts a run of an idle parent for the notice just delivered
+// (Options.WakeParents): its input says which child finished, and the
+// notice reaches that run's first step like any. A busy parent is left
+// alone — the notice reaches its next step anyway. The run's client id is
+// derived from the activation, so a settlement repeated after a crash
+// starts nothing twice.
+func (m *Manager) wakeParent(ctx context.Context, svc *sessions.Service, parent rein.SessionKey, label string, end sessions.RunEnd) {
+	text := fmt.Sprintf("Subagent %q (%s) finished its task %s; its note follows.", label, end.Session.ID, end.RunID)
+	res, err := svc.SendMessage(ctx, parent, sessions.MessageRequest{Text: text, ClientID: "wake_" + strings.TrimPrefix(end.RunID, "run_")})
+	switch {
+	case errors.Is(err, rein.ErrSessionBusy):
+		return
+	case rein.CodeOf(err) == rein.CodeUnavailable:
+		// Shutting down or overloaded: the notice waits for the parent's
+		// next run.
+		m.log.Debug("wake a parent for a subagent notice", "parent", parent.String(), "err", err)
+	case err != nil:
+		m.log.Warn("wake a parent for a subagent notice", "parent", parent.String(), "child", end.Session.ID, "err", err)
+	case !res.Repeat:
+		m.log.Debug("woke a parent for a subagent notice", "parent", parent.String(), "child", end.Session.ID, "run", res.RunID)
 	}
 }
 

@@ -48,6 +48,9 @@ type runtimeOptions struct {
 	Instance string
 	// MaxDepth caps subagent delegation (0 → 3).
 	MaxDepth int
+	// WakeParents: a background subagent's end starts a run of its idle
+	// parent (subagent.Options.WakeParents).
+	WakeParents bool
 	// Workspace is the root of session workspaces ("" → none).
 	Workspace string
 	// LeaseTTL is the turn lease TTL (0 → default).
@@ -152,7 +155,7 @@ func buildRuntime(ctx context.Context, o runtimeOptions) (*runtime, error) {
 	if _, err := openModel(o.Model); err != nil {
 		return nil, usagef("%s: %s", o.flag("model"), message(err))
 	}
-	sub := subagent.New(subagent.Options{MaxDepth: o.MaxDepth, Logger: o.Logger})
+	sub := subagent.New(subagent.Options{MaxDepth: o.MaxDepth, Logger: o.Logger, WakeParents: o.WakeParents})
 	builtins := append(builtinTools(), subagent.Tools(sub)...)
 	known := make([]string, len(builtins))
 	defaultConfirm := []string{}

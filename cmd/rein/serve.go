@@ -59,6 +59,7 @@ type serveFlags struct {
 	retention      *time.Duration
 	maxRuns        *int
 	maxPending     *int
+	wakeParents    *bool
 }
 
 func newServeFlags(std stdio) *serveFlags {
@@ -84,6 +85,7 @@ func newServeFlags(std stdio) *serveFlags {
 		retention:      fs.Duration("retention", 0, "delete root sessions, with their subagents, once idle longer than this, e.g. 720h (0: keep them)"),
 		maxRuns:        fs.Int("max-runs-in-flight", sessions.DefaultMaxRunsInFlight, "runs this instance holds at once (running or queued); beyond it a message is answered 503 with Retry-After (negative: no bound)"),
 		maxPending:     fs.Int("max-pending-writes", 0, "writes waiting for the store beyond which new runs and sessions are answered 503 with Retry-After (0: the store's writer queue size; negative: no bound)"),
+		wakeParents:    fs.Bool("wake-parents", false, "when a background subagent finishes, start a run of its parent session if the parent is idle, so it reacts to the subagent's note at once (default: the note waits for the parent's next message)"),
 		logLevel:       newChoice("info", "debug", "info", "warn", "error"),
 		logFormat:      newChoice("text", "text", "json"),
 	}
@@ -197,7 +199,7 @@ func cmdServe(ctx context.Context, args []string, std stdio) error {
 	}()
 	rt, err := buildRuntime(ctx, runtimeOptions{
 		Store: *f.store, Model: *f.model, Confirm: f.confirm.confirm(), Workspace: *f.workspace,
-		Config: *f.config, MaxSteps: *f.maxSteps, Instance: *f.instanceID, MaxDepth: *f.maxDepth,
+		Config: *f.config, MaxSteps: *f.maxSteps, Instance: *f.instanceID, MaxDepth: *f.maxDepth, WakeParents: *f.wakeParents,
 		LeaseTTL: *f.leaseTTL, ResumeAttempts: resumeOption(*f.resumeAttempts), Logger: logger, Observer: metrics, LookupEnv: std.lookupEnv,
 		OnRetry: metrics.ModelRetry, Retention: *f.retention, Flags: f.fs,
 		MaxRunsInFlight: *f.maxRuns, MaxPendingWrites: *f.maxPending, TracerProvider: tp,

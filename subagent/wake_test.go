@@ -1,0 +1,83 @@
+package subagent_test
+
+import (
+	"context"
+	"strings"
+	"testing"
+
+	"github.com/reinhq/rein"
+	"github.com/reinhq/rein/sessions"
+	"github.com/reinhq/rein/subagent"
+)
+
+// With WakeParents, a background child's end starts a run of its idle
+// parent: the run's input names the child, the notice reaches its first
+// step (consumed once), and a repeated settlement starts nothing twice.
+func TestWakeIdleParent(t *testing.T) {
+	onBackends(t, func(t *testing.T, open opener) {
+		w := newWorld(t, open(t), subagent.Options{WakeParents: true}, nil)
+		ctx := context.Background()
+		parent := w.root("alice")
+		s := w.startChild(parent, subagent.ContinuableSpec{StartRequest: subagent.StartRequest{Prompt: "quick job", Label: "helper"}})
+		child := key("alice", s.ChildID)
+		defer dump(t, w, parent, child)
+		end := w.completed(child, s.TaskID)
+		p := w.settled(parent, s.TaskID)
+		msg := w.waitEvent(parent, "the wake's user.message", isType(rein.EventUserMessage, ""))
+		var um rein.UserMessagePayload
+		if err := msg.DecodePayload(&um); err != nil {
+			t.Fatal(err)
+		}
+		want := `Subagent "helper" (` + s.ChildID + `) finished its task ` + s.TaskID + `; its note follows.`
+		if um.Text != want {
+			t.Fatalf("the wake's input %q, want %q", um.Text, want)
+		}
+		if c := w.completed(parent, um.RunID); c.Status != rein.StatusCompleted {
+			t.Fatalf("the wake run %+v", c)
+		}
+		reply := w.reply(parent, um.RunID)
+		if !strings.HasPrefix(reply, "echo "+want+" hints=[Subagent ") || !strings.Contains(reply, "Its reply: echo quick job") {
+			t.Fatalf("the wake run's reply %q does not show the notice", reply)
+		}
+		cons := ofType[rein.SupplementConsumedPayload](t, w.all(parent), rein.EventSupplementConsumed)
+		if len(cons) != 1 || cons[0].RunID != um.RunID || cons[0].Step != 1 {
+			t.Fatalf("agent.supplement_consumed %+v", cons)
+		}
+		// Settled again (a repeated hook, a restart's Reconcile): no
+		// second run.
+		w.m.OnRunEnd(ctx, sessions.RunEnd{Session: child, RunID: s.TaskID, Status: end.Status, Reason: end.Reason, Reply: p.Output})
+		if err := w.m.Reconcile(ctx); err != nil {
+			t.Fatal(err)
+		}
+		if rs := w.runs(parent); len(rs) != 1 {
+			t.Fatalf("%d runs of the parent after settling again, want the one wake", len(rs))
+		}
+	})
+}
+
+// A busy parent is not disturbed by a wake: its running step is not
+// stopped, no run is queued behind it, and the notice reaches its next
+// step.
+func TestWakeLeavesBusyParent(t *testing.T) {
+	w := newWorld(t, openMemory(t), subagent.Options{WakeParents: true}, nil)
+	parent := w.root("alice")
+	pr := w.send(parent, "hold parent")
+	w.blocked(parent, pr.RunID)
+	s := w.startChild(parent, subagent.ContinuableSpec{StartRequest: subagent.StartRequest{Prompt: "quick job"}})
+	defer dump(t, w, parent)
+	w.completed(key("alice", s.ChildID), s.TaskID)
+	w.settled(parent, s.TaskID)
+	if rs := w.runs(parent); len(rs) != 1 {
+		t.Fatalf("%d runs of the busy parent, want its own only", len(rs))
+	}
+	w.hold.release(pr.RunID)
+	if c := w.completed(parent, pr.RunID); c.Status != rein.StatusCompleted {
+		t.Fatalf("the parent's run %+v", c)
+	}
+	if got := w.reply(parent, pr.RunID); !strings.Contains(got, "hints=[Subagent ") {
+		t.Fatalf("the parent's next step %q did not get the notice", got)
+	}
+	if rs := w.runs(parent); len(rs) != 1 {
+		t.Fatalf("%d runs of the parent after it ended, want 1", len(rs))
+	}
+}
