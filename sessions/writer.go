@@ -34,10 +34,16 @@ type writer struct {
 	fence store.Fence
 	queue []item
 	busy  bool
-	err   error
-	idle  chan struct{} // closed when the queue drains; nil while idle
+	// running: a drain is appending (busy and not only started).
+	running bool
+	err     error
+	idle    chan struct{} // closed when the queue drains; made by a Flush that waits
 	// spare is the last batch's backing array, reused by the next.
 	spare []item
+	// inline: the store's appends complete without I/O (store.Immediate),
+	// so whoever queues while no drain runs drains on its own goroutine;
+	// else a drain goroutine appends while the caller goes on.
+	inline bool
 }
 
 // item is one queued event: ev, or (delta) the text of an
@@ -53,7 +59,11 @@ type item struct {
 }
 
 func newWriter(st store.EventLog, key rein.SessionKey, observe func(time.Duration, int)) *writer {
-	return &writer{st: st, key: key, observe: observe}
+	w := &writer{st: st, key: key, observe: observe}
+	if im, ok := st.(store.Immediate); ok && im.Immediate() {
+		w.inline = true
+	}
+	return w
 }
 
 // setFence makes later appends carry the run's lease token.
@@ -67,9 +77,10 @@ func (w *writer) setFence(f store.Fence) {
 // the same run and step is merged into it.
 func (w *writer) Emit(_ context.Context, evs ...rein.Event) error {
 	w.mu.Lock()
-	defer w.mu.Unlock()
 	if w.err != nil {
-		return w.err
+		err := w.err
+		w.mu.Unlock()
+		return err
 	}
 	for _, e := range evs {
 		if e.Type == rein.EventMessageDelta {
@@ -89,9 +100,10 @@ func (w *writer) Emit(_ context.Context, evs ...rein.Event) error {
 // without the encoding.
 func (w *writer) EmitDelta(_ context.Context, runID string, step int, text string) error {
 	w.mu.Lock()
-	defer w.mu.Unlock()
 	if w.err != nil {
-		return w.err
+		err := w.err
+		w.mu.Unlock()
+		return err
 	}
 	w.addDelta(runID, step, text)
 	w.start()
@@ -113,13 +125,52 @@ func (w *writer) addDelta(runID string, step int, text string) {
 	w.queue = append(w.queue, item{delta: true, run: runID, step: step, text: text})
 }
 
-// start starts the drain goroutine unless one runs. Called with mu held.
+// start starts a drain unless one runs, and unlocks mu (held by the
+// caller). A drain goroutine appends while the caller goes on — except on
+// a store whose appends are immediate (inline) when nothing queued is a
+// delta: then the caller drains before it returns. Deltas go to a
+// goroutine even there, so that the chunks a model streams meanwhile
+// coalesce into one event; appended one by one they cost more (and woke
+// every reader once per chunk). An inline drain's append errors are
+// remembered like a goroutine's (the next Emit or Flush reports them).
 func (w *writer) start() {
-	if !w.busy && len(w.queue) > 0 {
-		w.busy = true
-		w.idle = make(chan struct{})
-		go w.drain()
+	if w.busy || len(w.queue) == 0 {
+		w.mu.Unlock()
+		return
 	}
+	w.busy = true
+	if w.inline && !w.queuedDelta() {
+		w.running = true
+		w.mu.Unlock()
+		w.drain()
+		return
+	}
+	w.mu.Unlock()
+	go w.drainAsync()
+}
+
+// queuedDelta reports whether a delta is queued. Called with mu held.
+func (w *writer) queuedDelta() bool {
+	for i := range w.queue {
+		if w.queue[i].delta {
+			return true
+		}
+	}
+	return false
+}
+
+// drainAsync is a drain goroutine: it drains unless the drain was taken
+// meanwhile (a Flush on an immediate store drains what it waits for
+// itself rather than wait for this goroutine to be scheduled) or is over.
+func (w *writer) drainAsync() {
+	w.mu.Lock()
+	if !w.busy || w.running {
+		w.mu.Unlock()
+		return
+	}
+	w.running = true
+	w.mu.Unlock()
+	w.drain()
 }
 
 func (w *writer) drain() {
@@ -130,9 +181,11 @@ func (w *writer) drain() {
 		w.queue, w.spare = w.spare[:0], nil
 		fence := w.fence
 		if len(batch) == 0 || w.err != nil {
-			w.busy = false
-			close(w.idle)
-			w.idle = nil
+			w.busy, w.running = false, false
+			if w.idle != nil {
+				close(w.idle)
+				w.idle = nil
+			}
 			w.mu.Unlock()
 			return
 		}
@@ -178,11 +231,25 @@ func (w *writer) drain() {
 func (w *writer) Flush(ctx context.Context) error {
 	for {
 		w.mu.Lock()
-		idle, err := w.idle, w.err
-		w.mu.Unlock()
-		if idle == nil {
+		if !w.busy {
+			err := w.err
+			w.mu.Unlock()
 			return err
 		}
+		if w.inline && !w.running {
+			// A drain goroutine was started but has not run yet: the
+			// append is immediate, so make it here.
+			w.running = true
+			w.mu.Unlock()
+			w.drain()
+			continue
+		}
+		// Made by the first to wait: a drain nobody waits for makes none.
+		if w.idle == nil {
+			w.idle = make(chan struct{})
+		}
+		idle := w.idle
+		w.mu.Unlock()
 		select {
 		case <-idle:
 		case <-ctx.Done():

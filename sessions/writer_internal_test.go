@@ -136,3 +136,69 @@ func TestWriterReportsAFailedAppend(t *testing.T) {
 		t.Fatal("Emit after a failed append: no error")
 	}
 }
+
+// immediateLog is an event log that says its appends are immediate.
+type immediateLog struct{ store.EventLog }
+
+func (immediateLog) Immediate() bool { return true }
+
+// On an immediate store (the memory store) an event that is not a delta is
+// appended before Emit returns, on the caller's goroutine; deltas still go
+// through a drain goroutine so that a stream's chunks coalesce, and Flush
+// returns once they are appended. A failed inline append is reported by
+// the next Emit and by Flush, as a drain goroutine's.
+func TestWriterAppendsInlineOnImmediateStore(t *testing.T) {
+	st := memory.New()
+	ctx := context.Background()
+	sess := &store.Session{Owner: "o", ID: "ses_w"}
+	if err := st.CreateSession(ctx, sess); err != nil {
+		t.Fatal(err)
+	}
+	if w := newWriter(st, sess.Key(), nil); !w.inline {
+		t.Fatal("a writer over the memory store does not append inline")
+	}
+	log := immediateLog{st}
+	w := newWriter(log, sess.Key(), nil)
+	ev := rein.NewEvent(rein.EventStepRestarted, "run_a", rein.StepRestartedPayload{RunID: "run_a", Step: 1, Attempt: 2})
+	if err := w.Emit(ctx, ev); err != nil {
+		t.Fatal(err)
+	}
+	// No Flush: the append was made by Emit itself.
+	if n, err := st.LastSeq(ctx, sess.Key()); err != nil || n != 1 {
+		t.Fatalf("after an inline Emit the log holds %d events (%v), want 1", n, err)
+	}
+	for _, text := range []string{"a", "b", "c"} {
+		if err := w.EmitDelta(ctx, "run_a", 1, text); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := w.Flush(ctx); err != nil {
+		t.Fatal(err)
+	}
+	evs, _, err := st.ReadEvents(ctx, sess.Key(), 1, 100)
+	if err != nil {
+		t.Fatal(err)
+	}
+	text := ""
+	for _, e := range evs {
+		var p rein.MessageDeltaPayload
+		if e.Type != rein.EventMessageDelta || e.DecodePayload(&p) != nil {
+			t.Fatalf("unexpected event %s %s", e.Type, e.Payload)
+		}
+		text += p.Text
+	}
+	if text != "abc" || len(evs) > 3 {
+		t.Fatalf("deltas appended as %d events joining %q, want at most 3 joining \"abc\"", len(evs), text)
+	}
+
+	bad := newWriter(immediateLog{st}, rein.SessionKey{Owner: "o", ID: "ses_missing"}, nil)
+	if err := bad.Emit(ctx, ev); err != nil {
+		t.Fatalf("the failing Emit itself: %v (its error is for the next call)", err)
+	}
+	if err := bad.Emit(ctx, ev); err == nil {
+		t.Fatal("Emit after a failed inline append: no error")
+	}
+	if err := bad.Flush(ctx); err == nil {
+		t.Fatal("Flush after a failed inline append: no error")
+	}
+}

@@ -15,3 +15,13 @@ type Backlog interface {
 	// and the queue's capacity (≥ 1).
 	Backlog() (pending, capacity int)
 }
+
+// Immediate is the capability of a store whose writes complete without
+// waiting for a disk or a network (the memory store): a caller may make
+// them inline, on its own goroutine, where for a store that waits it hands
+// them to a goroutine of its own and goes on. A run's event writer does:
+// handing a delta to a fresh goroutine cost more than the append itself.
+type Immediate interface {
+	// Immediate reports whether the store's writes complete without I/O.
+	Immediate() bool
+}

@@ -76,6 +76,9 @@ type session struct {
 	lease *store.Lease
 }
 
+// Immediate implements store.Immediate: every write completes in memory.
+func (s *Store) Immediate() bool { return true }
+
 // New returns an empty Store.
 func New(opts ...Option) *Store {
 	s := &Store{
