@@ -154,10 +154,8 @@ func TestSubagentSurvivesKill(t *testing.T) {
 			if len(done) != 1 {
 				t.Fatalf("want exactly one subagent.completed for task %s in the parent's log, got %d\n%s", taskID, len(done), dump(plog))
 			}
-			var sc rein.SubagentCompletedPayload
-			decode(t, done[0], &sc)
-			if sc.ChildID != childID || sc.Status != rein.StatusCompleted || sc.Reason != rein.ReasonStop || sc.Output == nil || *sc.Output != childText {
-				t.Errorf("subagent.completed = %s, want child %s COMPLETED/stop with output %q\n%s", done[0].Payload, childID, childText, dump(plog))
+			if sc := done[0]; sc.ChildID != childID || sc.Status != rein.StatusCompleted || sc.Reason != rein.ReasonStop || sc.Output == nil || *sc.Output != childText {
+				t.Errorf("subagent.completed = child %s %s/%s output %s, want child %s COMPLETED/stop with output %q\n%s", sc.ChildID, sc.Status, sc.Reason, strPtr(sc.Output), childID, childText, dump(plog))
 			}
 
 			// The notice reaches the parent's next run, once.
@@ -280,48 +278,35 @@ func subagentCallResult(t *testing.T, run []rein.Event, name string) rein.ToolRe
 	return resultOf(t, run, uses[0].ToolUseID)
 }
 
-// subagentStartedOf are the subagent.started events of task in a parent's
-// log.
-func subagentStartedOf(t *testing.T, evs []rein.Event, task string) []rein.Event {
+// payloadsOf are the payloads of the events of typ that keep accepts.
+func payloadsOf[T any](t *testing.T, evs []rein.Event, typ rein.EventType, keep func(T) bool) []T {
 	t.Helper()
-	var out []rein.Event
-	for _, ev := range all(evs, rein.EventSubagentStarted) {
-		var p rein.SubagentStartedPayload
+	var out []T
+	for _, ev := range all(evs, typ) {
+		var p T
 		decode(t, ev, &p)
-		if p.TaskID == task {
-			out = append(out, ev)
-		}
-	}
-	return out
-}
-
-// subagentCompletedOf are the subagent.completed events of task in a
-// parent's log.
-func subagentCompletedOf(t *testing.T, evs []rein.Event, task string) []rein.Event {
-	t.Helper()
-	var out []rein.Event
-	for _, ev := range all(evs, rein.EventSubagentCompleted) {
-		var p rein.SubagentCompletedPayload
-		decode(t, ev, &p)
-		if p.TaskID == task {
-			out = append(out, ev)
-		}
-	}
-	return out
-}
-
-// consumedOf are the agent.supplement_consumed payloads of supplement id.
-func consumedOf(t *testing.T, evs []rein.Event, id string) []rein.SupplementConsumedPayload {
-	t.Helper()
-	var out []rein.SupplementConsumedPayload
-	for _, ev := range all(evs, rein.EventSupplementConsumed) {
-		var p rein.SupplementConsumedPayload
-		decode(t, ev, &p)
-		if p.SupplementID == id {
+		if keep(p) {
 			out = append(out, p)
 		}
 	}
 	return out
+}
+
+// subagentStartedOf are the subagent.started payloads of task in a
+// parent's log.
+func subagentStartedOf(t *testing.T, evs []rein.Event, task string) []rein.SubagentStartedPayload {
+	return payloadsOf(t, evs, rein.EventSubagentStarted, func(p rein.SubagentStartedPayload) bool { return p.TaskID == task })
+}
+
+// subagentCompletedOf are the subagent.completed payloads of task in a
+// parent's log.
+func subagentCompletedOf(t *testing.T, evs []rein.Event, task string) []rein.SubagentCompletedPayload {
+	return payloadsOf(t, evs, rein.EventSubagentCompleted, func(p rein.SubagentCompletedPayload) bool { return p.TaskID == task })
+}
+
+// consumedOf are the agent.supplement_consumed payloads of supplement id.
+func consumedOf(t *testing.T, evs []rein.Event, id string) []rein.SupplementConsumedPayload {
+	return payloadsOf(t, evs, rein.EventSupplementConsumed, func(p rein.SupplementConsumedPayload) bool { return p.SupplementID == id })
 }
 
 // listParent reads the parent's whole log.

@@ -18,7 +18,10 @@ import (
 // durable append per batch rather than one per chunk, and consecutive
 // deltas of the same step are coalesced into one event (docs/api.md allows
 // it). Order is kept: events are appended in Emit order. A failed append is
-// remembered and returned by the next Emit and by Flush.
+// remembered and returned by the next Emit and by Flush. On a store whose
+// appends are immediate (the memory store) an event that is not a delta is
+// appended by Emit itself: there a hand-off to a goroutine cost more than
+// the append.
 //
 // A delta is queued as its text, not as an encoded event: the deltas a
 // batch coalesces are joined as strings and encoded once, when the batch
@@ -41,8 +44,8 @@ type writer struct {
 	// spare is the last batch's backing array, reused by the next.
 	spare []item
 	// inline: the store's appends complete without I/O (store.Immediate),
-	// so whoever queues while no drain runs drains on its own goroutine;
-	// else a drain goroutine appends while the caller goes on.
+	// so events other than deltas are appended by whoever queues them, and
+	// a Flush makes a drain that was started but has not run (see start).
 	inline bool
 }
 
