@@ -196,6 +196,16 @@ func (c *collector) Emit(_ context.Context, evs ...rein.Event) error {
 	return nil
 }
 
+// EmitDelta implements agent.DeltaSink, the engine's streaming path: a
+// delta's text without its event encoding (the sessions service's writer
+// takes deltas the same way).
+func (c *collector) EmitDelta(_ context.Context, _ string, _ int, text string) error {
+	c.mu.Lock()
+	c.b.WriteString(text)
+	c.mu.Unlock()
+	return nil
+}
+
 func (c *collector) text() (string, error) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
