@@ -47,7 +47,20 @@ type writer struct {
 	// so events other than deltas are appended by whoever queues them, and
 	// a Flush makes a drain that was started but has not run (see start).
 	inline bool
+	// deltaAt is when the last delta was queued; burst: the one before it
+	// came less than deltaBurst earlier (a model streaming faster than
+	// appends are made: its deltas coalesce on a drain goroutine).
+	deltaAt time.Time
+	burst   bool
 }
+
+// deltaBurst is the gap between two deltas under which, on an immediate
+// store, they are left to a drain goroutine to coalesce rather than each
+// appended inline: a model that streams its chunks back to back would
+// otherwise make one event (and wake every reader) per chunk, while one
+// that pauses between chunks — any real model — gains nothing from the
+// wait.
+const deltaBurst = 200 * time.Microsecond
 
 // item is one queued event: ev, or (delta) the text of an
 // agent.message.delta of run and step, encoded when it is appended: text,
@@ -116,6 +129,9 @@ func (w *writer) EmitDelta(_ context.Context, runID string, step int, text strin
 // addDelta queues a delta's text, merged into the last queued item when
 // that is a delta of the same run and step. Called with mu held.
 func (w *writer) addDelta(runID string, step int, text string) {
+	if w.inline {
+		w.noteDelta()
+	}
 	if n := len(w.queue); n > 0 {
 		if last := &w.queue[n-1]; last.delta && last.run == runID && last.step == step {
 			if last.more == nil {
@@ -128,11 +144,21 @@ func (w *writer) addDelta(runID string, step int, text string) {
 	w.queue = append(w.queue, item{delta: true, run: runID, step: step, text: text})
 }
 
+// noteDelta records that a delta was queued now (deltaAt, burst). Called
+// with mu held, on an immediate store only.
+func (w *writer) noteDelta() {
+	now := time.Now()
+	// A run's first delta is never a burst: it is appended at once, so
+	// the first text reaches readers without a hand-off.
+	w.burst = !w.deltaAt.IsZero() && now.Sub(w.deltaAt) < deltaBurst
+	w.deltaAt = now
+}
+
 // start starts a drain unless one runs, and unlocks mu (held by the
 // caller). A drain goroutine appends while the caller goes on — except on
-// a store whose appends are immediate (inline) when nothing queued is a
-// delta: then the caller drains before it returns. Deltas go to a
-// goroutine even there, so that the chunks a model streams meanwhile
+// a store whose appends are immediate (inline): there the caller drains
+// before it returns, unless deltas are coming in a burst (deltaBurst),
+// which go to a goroutine so that the chunks a model streams meanwhile
 // coalesce into one event; appended one by one they cost more (and woke
 // every reader once per chunk). An inline drain's append errors are
 // remembered like a goroutine's (the next Emit or Flush reports them).
@@ -142,7 +168,7 @@ func (w *writer) start() {
 		return
 	}
 	w.busy = true
-	if w.inline && !w.queuedDelta() {
+	if w.inline && (!w.burst || !w.queuedDelta()) {
 		w.running = true
 		w.mu.Unlock()
 		w.drain()

@@ -4,6 +4,7 @@ import (
 	"context"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/reinhq/rein"
 	"github.com/reinhq/rein/store"
@@ -167,7 +168,15 @@ func TestWriterAppendsInlineOnImmediateStore(t *testing.T) {
 	if n, err := st.LastSeq(ctx, sess.Key()); err != nil || n != 1 {
 		t.Fatalf("after an inline Emit the log holds %d events (%v), want 1", n, err)
 	}
-	for _, text := range []string{"a", "b", "c"} {
+	// The run's first delta is appended at once too; the ones right
+	// behind it come in a burst and may coalesce on a drain goroutine.
+	if err := w.EmitDelta(ctx, "run_a", 1, "a"); err != nil {
+		t.Fatal(err)
+	}
+	if n, err := st.LastSeq(ctx, sess.Key()); err != nil || n != 2 {
+		t.Fatalf("after the first delta the log holds %d events (%v), want 2", n, err)
+	}
+	for _, text := range []string{"b", "c"} {
 		if err := w.EmitDelta(ctx, "run_a", 1, text); err != nil {
 			t.Fatal(err)
 		}
@@ -189,6 +198,18 @@ func TestWriterAppendsInlineOnImmediateStore(t *testing.T) {
 	}
 	if text != "abc" || len(evs) > 3 {
 		t.Fatalf("deltas appended as %d events joining %q, want at most 3 joining \"abc\"", len(evs), text)
+	}
+	// A delta long after the last one (a model that pauses between
+	// chunks, as real ones do) is appended at once as well.
+	w.mu.Lock()
+	w.deltaAt = w.deltaAt.Add(-time.Second)
+	w.mu.Unlock()
+	before, _ := st.LastSeq(ctx, sess.Key())
+	if err := w.EmitDelta(ctx, "run_a", 1, "d"); err != nil {
+		t.Fatal(err)
+	}
+	if n, _ := st.LastSeq(ctx, sess.Key()); n != before+1 {
+		t.Fatalf("a delta after a pause: the log holds %d events, want %d", n, before+1)
 	}
 
 	bad := newWriter(immediateLog{st}, rein.SessionKey{Owner: "o", ID: "ses_missing"}, nil)
