@@ -61,6 +61,7 @@ func (s *Store) CreateSession(ctx context.Context, in *store.Session) error {
 			return err
 		}
 		tx.s.cache[key] = &sessInfo{pk: pk, histLen: 0}
+		tx.op.created = append(tx.op.created, key)
 		return nil
 	})
 	if err != nil {

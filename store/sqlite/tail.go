@@ -54,6 +54,11 @@ type tail struct {
 	elem  *list.Element
 }
 
+// tailBase is what a tail counts against tailsBytes before any event: an
+// empty tail (a session created, nothing logged yet) must count too, or
+// sessions that never log would be kept for ever.
+const tailBase = 128
+
 // size is what one event counts against the bounds.
 func size(e *rein.Event) int { return len(e.Payload) + len(e.ID) + len(e.RunID) + len(e.Type) + 64 }
 
@@ -75,9 +80,7 @@ func (t *tails) appended(key rein.SessionKey, prev int64, evs []rein.Event) {
 		tl = nil
 	}
 	if tl == nil {
-		tl = &tail{key: key, last: prev}
-		tl.elem = t.lru.PushFront(tl)
-		t.m[key] = tl
+		tl = t.newLocked(key, prev)
 	} else {
 		t.lru.MoveToFront(tl.elem)
 	}
@@ -106,6 +109,32 @@ func (t *tails) appended(key rein.SessionKey, prev int64, evs []rein.Event) {
 			tl.evs = append(make([]rein.Event, 0, len(tl.evs)+tailEvents/4), tl.evs...)
 		}
 	}
+	for t.bytes > tailsBytes && t.lru.Len() > 1 {
+		t.dropLocked(t.lru.Back().Value.(*tail))
+	}
+}
+
+// newLocked starts key's tail at last seq prev.
+func (t *tails) newLocked(key rein.SessionKey, prev int64) *tail {
+	tl := &tail{key: key, last: prev, bytes: tailBase}
+	tl.elem = t.lru.PushFront(tl)
+	t.m[key] = tl
+	t.bytes += tailBase
+	return tl
+}
+
+// created starts an empty tail for a session just created (its log is
+// empty: last seq 0).
+func (t *tails) created(key rein.SessionKey) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.m == nil {
+		t.m = map[rein.SessionKey]*tail{}
+	}
+	if t.m[key] != nil {
+		return
+	}
+	t.newLocked(key, 0)
 	for t.bytes > tailsBytes && t.lru.Len() > 1 {
 		t.dropLocked(t.lru.Back().Value.(*tail))
 	}

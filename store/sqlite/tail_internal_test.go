@@ -252,3 +252,37 @@ func TestTailHoldsOnlyCommittedEvents(t *testing.T) {
 		t.Fatalf("tail after the next append: %d, %v", last, ok)
 	}
 }
+
+// A session just created has an empty tail: a stream opened on it reads
+// and waits without asking the database, and the first append continues
+// the tail. Empty tails count against the bound of all tails, so sessions
+// that never log are not kept for ever.
+func TestTailOfNewSession(t *testing.T) {
+	s := openTemp(t)
+	key := tailSession(t, s, "ses_new")
+	if last, ok := s.tails.lastSeq(key); !ok || last != 0 {
+		t.Fatalf("tail of a new session: last %d, ok %v", last, ok)
+	}
+	if evs, last, ok := s.tails.read(key, 0, 10); !ok || len(evs) != 0 || last != 0 {
+		t.Fatalf("read from the tail of a new session: %d events, last %d, ok %v", len(evs), last, ok)
+	}
+	if _, err := s.AppendEvents(t.Context(), key, store.Fence{}, deltas(2, "x")); err != nil {
+		t.Fatal(err)
+	}
+	evs, last, ok := s.tails.read(key, 0, 10)
+	if !ok || len(evs) != 2 || last != 2 {
+		t.Fatalf("after the first append the tail holds %d events, last %d, ok %v", len(evs), last, ok)
+	}
+
+	var ts tails
+	n := tailsBytes/tailBase + 10
+	for i := range n {
+		ts.created(rein.SessionKey{Owner: "o", ID: fmt.Sprintf("ses_%d", i)})
+	}
+	if ts.bytes > tailsBytes || ts.lru.Len() > tailsBytes/tailBase {
+		t.Fatalf("%d empty tails kept, %d bytes counted; the bound is %d bytes", ts.lru.Len(), ts.bytes, tailsBytes)
+	}
+	if _, ok := ts.lastSeq(rein.SessionKey{Owner: "o", ID: "ses_0"}); ok {
+		t.Fatal("the least recently created empty tail was kept beyond the bound")
+	}
+}

@@ -43,6 +43,10 @@ type op struct {
 	// tail goes then (deleted).
 	appended []appendRec
 	forget   []rein.SessionKey
+	// created names sessions the operation created: each gets an empty
+	// tail once committed, so that a stream opened on a new session waits
+	// and reads without asking the database (it has nothing yet).
+	created []rein.SessionKey
 	// state is opPending until the writer takes the operation (opTaken)
 	// or its caller gives up first (opAbandoned). A caller that finds it
 	// taken waits for the answer: an operation's function (an Update's fn,
@@ -487,6 +491,9 @@ func (s *Store) answer(live []*op, results []error) {
 			}
 			for _, key := range o.forget {
 				s.tails.drop(key)
+			}
+			for _, key := range o.created {
+				s.tails.created(key)
 			}
 			for _, key := range o.wakes {
 				s.waiters.publish(key)
