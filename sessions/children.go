@@ -134,26 +134,31 @@ func (s *Service) LogEvent(ctx context.Context, key rein.SessionKey, ev rein.Eve
 // §7): it reaches the session's next step, its consumption is logged as
 // agent.supplement_consumed with the notice's id, and it is logged only as
 // ev (subagent.completed), in the same write. A notice id already
-// delivered writes nothing (it reports false).
-func (s *Service) Notice(ctx context.Context, key rein.SessionKey, noticeID, text string, ev rein.Event) (bool, error) {
-	created := false
-	err := s.life.update(ctx, key, store.Fence{}, func(tx store.Tx) error {
-		_, c, err := tx.PushSupplement(&store.Supplement{Owner: key.Owner, SessionID: key.ID, ID: noticeID, Text: text,
+// delivered writes nothing. waiting reports whether the notice is in the
+// session's inbox, not yet consumed, after the call: just delivered, or
+// delivered by an earlier call (a settlement repeated after a crash)
+// that no step has taken yet.
+func (s *Service) Notice(ctx context.Context, key rein.SessionKey, noticeID, text string, ev rein.Event) (waiting bool, err error) {
+	err = s.life.update(ctx, key, store.Fence{}, func(tx store.Tx) error {
+		sup, created, err := tx.PushSupplement(&store.Supplement{Owner: key.Owner, SessionID: key.ID, ID: noticeID, Text: text,
 			Source: "subagent", Status: store.SupplementQueued, CreatedAt: tx.Now()})
 		if err != nil {
 			return err
 		}
-		if !c {
+		waiting = sup.Status == store.SupplementQueued
+		if !created {
 			return errNothing
 		}
-		created = true
 		_, err = tx.AppendEvents(ev)
 		return err
 	})
 	if errors.Is(err, errNothing) {
 		err = nil
 	}
-	return created, err
+	if err != nil {
+		waiting = false
+	}
+	return waiting, err
 }
 
 // runEnded tells Config.OnRunEnd about a run whose end is recorded.

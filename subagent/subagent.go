@@ -570,22 +570,24 @@ func (m *Manager) OnRunEnd(ctx context.Context, end sessions.RunEnd) {
 	if end.Reply != nil && *end.Reply != "" {
 		text += " Its reply: " + *end.Reply
 	}
-	created, err := svc.Notice(ctx, parent, noticeID(end.RunID), text, ev)
+	waiting, err := svc.Notice(ctx, parent, noticeID(end.RunID), text, ev)
 	if err != nil {
 		m.log.Error("deliver subagent notice", "parent", parent.String(), "child", end.Session.ID, "err", err)
 		return
 	}
-	if created && m.wake {
+	if waiting && m.wake {
+		// Also when an earlier settlement delivered the notice: a crash
+		// between that write and the wake is finished here (Reconcile).
 		m.wakeParent(ctx, svc, parent, label, end)
 	}
 }
 
-// wakeParent starts a run of an idle parent for the notice just delivered
-// (Options.WakeParents): its input says which child finished, and the
-// notice reaches that run's first step like any. A busy parent is left
+// wakeParent starts a run of an idle parent for a notice waiting in its
+// inbox (Options.WakeParents): its input says which child finished, and
+// the notice reaches that run's first step like any. A busy parent is left
 // alone — the notice reaches its next step anyway. The run's client id is
 // derived from the activation, so a settlement repeated after a crash
-// starts nothing twice.
+// starts nothing twice, even when the first wake's run is still there.
 func (m *Manager) wakeParent(ctx context.Context, svc *sessions.Service, parent rein.SessionKey, label string, end sessions.RunEnd) {
 	text := fmt.Sprintf("Subagent %q (%s) finished its task %s; its note follows.", label, end.Session.ID, end.RunID)
 	res, err := svc.SendMessage(ctx, parent, sessions.MessageRequest{Text: text, ClientID: "wake_" + strings.TrimPrefix(end.RunID, "run_")})

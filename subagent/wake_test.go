@@ -7,6 +7,7 @@ import (
 
 	"github.com/reinhq/rein"
 	"github.com/reinhq/rein/sessions"
+	"github.com/reinhq/rein/store/storetest"
 	"github.com/reinhq/rein/subagent"
 )
 
@@ -80,4 +81,47 @@ func TestWakeLeavesBusyParent(t *testing.T) {
 	if rs := w.runs(parent); len(rs) != 1 {
 		t.Fatalf("%d runs of the parent after it ended, want 1", len(rs))
 	}
+}
+
+// The notice and the wake are two writes. A crash between them (here: a
+// first instance that delivered the notice without waking, then died) is
+// finished by the next instance's Reconcile: the idle parent is woken
+// once, its run consumes the notice, and a further Reconcile starts
+// nothing.
+func TestWakeFinishedAfterCrash(t *testing.T) {
+	onBackends(t, func(t *testing.T, open opener) {
+		base := open(t)
+		k := storetest.NewFaulty(base)
+		hold := newHold()
+		first := newWorld(t, k, subagent.Options{}, hold, func(c *sessions.Config) { c.Instance = "first" })
+		parent := first.root("alice")
+		s := first.startChild(parent, subagent.ContinuableSpec{StartRequest: subagent.StartRequest{Prompt: "quick job", Label: "helper"}})
+		first.completed(key("alice", s.ChildID), s.TaskID)
+		first.settled(parent, s.TaskID)
+		if rs := first.runs(parent); len(rs) != 0 {
+			t.Fatalf("%d runs of the parent before the crash, want none", len(rs))
+		}
+		k.Kill()
+		first.svc.Close()
+
+		second := newWorld(t, base, subagent.Options{WakeParents: true}, hold, func(c *sessions.Config) { c.Instance = "second" })
+		defer dump(t, second, parent)
+		msg := second.waitEvent(parent, "the wake's user.message", isType(rein.EventUserMessage, ""))
+		if c := second.completed(parent, msg.RunID); c.Status != rein.StatusCompleted {
+			t.Fatalf("the wake run %+v", c)
+		}
+		if got := second.reply(parent, msg.RunID); !strings.Contains(got, "hints=[Subagent ") {
+			t.Fatalf("the wake run's reply %q does not show the notice", got)
+		}
+		if err := second.m.Reconcile(context.Background()); err != nil {
+			t.Fatal(err)
+		}
+		if rs := second.runs(parent); len(rs) != 1 {
+			t.Fatalf("%d runs of the parent after a second Reconcile, want the one wake", len(rs))
+		}
+		cons := ofType[rein.SupplementConsumedPayload](t, second.all(parent), rein.EventSupplementConsumed)
+		if len(cons) != 1 || cons[0].RunID != msg.RunID {
+			t.Fatalf("agent.supplement_consumed %+v", cons)
+		}
+	})
 }
