@@ -18,7 +18,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -84,13 +83,12 @@ type Options struct {
 type Manager struct {
 	maxDepth int
 	log      *slog.Logger
-	agents   []string
 	wake     bool
 
 	mu  sync.RWMutex
 	svc *sessions.Service
-	// spawnSpec is spawn_agent's spec, made once the agents are known
-	// (SetAgents drops it).
+	// spawnSpec is spawn_agent's spec for the configured agents (New,
+	// SetAgents).
 	spawnSpec atomic.Pointer[tool.Spec]
 }
 
@@ -98,16 +96,8 @@ type Manager struct {
 // (Options.Agents), for when they are known only after the Manager's tools
 // were made: call it before the tools are offered.
 func (m *Manager) SetAgents(names []string) {
-	m.mu.Lock()
-	m.agents = slices.Clone(names)
-	m.mu.Unlock()
-	m.spawnSpec.Store(nil)
-}
-
-func (m *Manager) agentNames() []string {
-	m.mu.RLock()
-	defer m.mu.RUnlock()
-	return m.agents
+	sp := spawnSpec(names)
+	m.spawnSpec.Store(&sp)
 }
 
 // New returns a Manager.
@@ -118,7 +108,9 @@ func New(opts Options) *Manager {
 	if opts.Logger == nil {
 		opts.Logger = slog.New(slog.DiscardHandler)
 	}
-	return &Manager{maxDepth: opts.MaxDepth, log: opts.Logger, agents: slices.Clone(opts.Agents), wake: opts.WakeParents}
+	m := &Manager{maxDepth: opts.MaxDepth, log: opts.Logger, wake: opts.WakeParents}
+	m.SetAgents(opts.Agents)
+	return m
 }
 
 // Bind gives the Manager the service it works over.
@@ -344,7 +336,7 @@ func (m *Manager) lookup(ctx context.Context, svc *sessions.Service, parent rein
 			return nil, uerr
 		}
 		if inUse {
-			return nil, errorf(CodeUnauthorized, "only the direct parent session of %q may do that", childID)
+			return nil, notParent(childID)
 		}
 		return nil, errorf(CodeNotResumable, "no subagent %q", childID)
 	}
@@ -352,9 +344,15 @@ func (m *Manager) lookup(ctx context.Context, svc *sessions.Service, parent rein
 		return nil, err
 	}
 	if info.ParentID != parent.ID {
-		return nil, errorf(CodeUnauthorized, "only the direct parent session of %q may do that", childID)
+		return nil, notParent(childID)
 	}
 	return info, nil
+}
+
+// notParent is the unauthorized error of a caller that is not childID's
+// direct parent; it says nothing about childID itself.
+func notParent(childID string) *Error {
+	return errorf(CodeUnauthorized, "only the direct parent session of %q may do that", childID)
 }
 
 // authorize is lookup for an operation that continues the child: it must

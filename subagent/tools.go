@@ -28,12 +28,11 @@ func Tools(m *Manager) []tool.Tool {
 
 type spawnTool struct{ m *Manager }
 
-// Spec is spawn_agent's; with more than one configured agent, its input
-// lets the model name the child's ("agent", one of them).
-func (t spawnTool) Spec() tool.Spec {
-	if sp := t.m.spawnSpec.Load(); sp != nil {
-		return *sp
-	}
+func (t spawnTool) Spec() tool.Spec { return *t.m.spawnSpec.Load() }
+
+// spawnSpec is spawn_agent's spec; with more than one configured agent,
+// its input lets the model name the child's ("agent", one of them).
+func spawnSpec(agents []string) tool.Spec {
 	props := map[string]any{
 		"description": map[string]any{"type": "string", "description": "a short label for the task"},
 		"prompt":      map[string]any{"type": "string", "minLength": 1, "description": "what the subagent should do"},
@@ -41,16 +40,14 @@ func (t spawnTool) Spec() tool.Spec {
 		"subagent_id": map[string]any{"type": "string", "minLength": 1, "description": "the id to give a background subagent"},
 	}
 	desc := "Delegate a task to a subagent. In the foreground (the default) it waits and returns the subagent's output; with background: true it returns at once with the subagent's id, which send_message can continue later."
-	if agents := t.m.agentNames(); len(agents) > 1 {
+	if len(agents) > 1 {
 		props["agent"] = map[string]any{"type": "string", "enum": agents,
 			"description": "the configured agent the subagent runs (default: this session's)"}
 		desc += " The subagent runs this session's agent unless \"agent\" names another: " + strings.Join(agents, ", ") + "."
 	}
 	schema, _ := json.Marshal(map[string]any{"type": "object", "additionalProperties": false,
 		"required": []string{"description", "prompt"}, "properties": props})
-	sp := &tool.Spec{Name: ToolSpawn, Description: desc, InputSchema: schema}
-	t.m.spawnSpec.CompareAndSwap(nil, sp)
-	return *sp
+	return tool.Spec{Name: ToolSpawn, Description: desc, InputSchema: schema}
 }
 
 func (t spawnTool) Call(ctx context.Context, c tool.Call) (tool.Result, error) {
