@@ -271,13 +271,6 @@ func (g *Gate) settleLocked(p *Pending, state pendingState, d Decision) {
 	}
 	ids[p.key.id] = struct{}{}
 	for g.order.Len() > g.capacity {
-		old := g.order.Remove(g.order.Front()).(gateKey)
-		delete(g.done, old)
-		if s := g.bySess[old.session]; s != nil {
-			delete(s, old.id)
-			if len(s) == 0 {
-				delete(g.bySess, old.session)
-			}
-		}
+		g.forgetLocked(g.order.Front().Value.(gateKey))
 	}
 }

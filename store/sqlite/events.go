@@ -126,23 +126,8 @@ func (s *Store) scanHistoryOf(key rein.SessionKey, rows *sql.Rows) (out []rein.M
 
 // scanHistory decodes a transcript's rows and closes them.
 func (s *Store) scanHistory(key rein.SessionKey, rows *sql.Rows) ([]rein.Message, error) {
-	defer rows.Close()
-	out := []rein.Message{}
-	for rows.Next() {
-		var b []byte
-		if err := rows.Scan(&b); err != nil {
-			return nil, err
-		}
-		m, err := histcodec.Decode(b)
-		if err != nil {
-			return nil, dbErr(rein.CodeInternal, s.file, err, "sqlite: history message %d of %s is unreadable", len(out), key)
-		}
-		out = append(out, m)
-	}
-	if err := rows.Err(); err != nil {
-		return nil, err
-	}
-	return out, nil
+	out, _, err := s.scanHistoryOf(key, rows)
+	return out, err
 }
 
 // ---------------------------------------------------------------- event log
