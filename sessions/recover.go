@@ -3,6 +3,8 @@ package sessions
 import (
 	"context"
 	"errors"
+	"maps"
+	"slices"
 	"sort"
 	"time"
 
@@ -87,31 +89,25 @@ func (s *Service) Drain(ctx context.Context, timeout time.Duration) error {
 	// for (within the timeout) before the level above, so a parent's step
 	// sees its children's interrupted ends (their replies, their notices)
 	// rather than being cut while they still run.
-	runs := s.executing()
-	depthOf := func(lr *liveRun) int {
+	levels := map[int][]*liveRun{}
+	for _, lr := range s.executing() {
 		lr.mu.Lock()
-		defer lr.mu.Unlock()
-		return lr.depth
+		d := lr.depth
+		lr.mu.Unlock()
+		levels[d] = append(levels[d], lr)
 	}
-	depths := make(map[*liveRun]int, len(runs))
-	for _, lr := range runs {
-		depths[lr] = depthOf(lr)
-	}
-	sort.SliceStable(runs, func(i, j int) bool { return depths[runs[i]] > depths[runs[j]] })
+	depths := slices.Sorted(maps.Keys(levels))
+	slices.Reverse(depths)
 	expired := false
-	for i := 0; i < len(runs); {
-		j := i
-		for j < len(runs) && depths[runs[j]] == depths[runs[i]] {
-			lr := runs[j]
+	for i, d := range depths {
+		for _, lr := range levels[d] {
 			touched[lr.key()] = true
 			lr.h.Interrupt("server shutting down")
 			stopped[lr] = false
-			j++
 		}
-		if j < len(runs) && !expired {
-			expired = !waitEnded(ctx, runs[i:j], t.C)
+		if i < len(depths)-1 && !expired {
+			expired = !waitEnded(ctx, levels[d], t.C)
 		}
-		i = j
 	}
 	if expired || !s.waitIdle(ctx, t.C) {
 		runs := s.executing()

@@ -98,17 +98,19 @@ func (w *writer) Emit(_ context.Context, evs ...rein.Event) error {
 		w.mu.Unlock()
 		return err
 	}
+	delta := false
 	for _, e := range evs {
 		if e.Type == rein.EventMessageDelta {
 			var p rein.MessageDeltaPayload
 			if json.Unmarshal(e.Payload, &p) == nil && p.RunID == e.RunID {
 				w.addDelta(e.RunID, p.Step, p.Text)
+				delta = true
 				continue
 			}
 		}
 		w.queue = append(w.queue, item{ev: e})
 	}
-	w.start()
+	w.start(delta && w.burst)
 	return nil
 }
 
@@ -122,7 +124,7 @@ func (w *writer) EmitDelta(_ context.Context, runID string, step int, text strin
 		return err
 	}
 	w.addDelta(runID, step, text)
-	w.start()
+	w.start(w.burst)
 	return nil
 }
 
@@ -160,15 +162,16 @@ func (w *writer) noteDelta() {
 // before it returns, unless deltas are coming in a burst (deltaBurst),
 // which go to a goroutine so that the chunks a model streams meanwhile
 // coalesce into one event; appended one by one they cost more (and woke
-// every reader once per chunk). An inline drain's append errors are
+// every reader once per chunk). burst: what the caller queued holds a
+// delta that came in a burst. An inline drain's append errors are
 // remembered like a goroutine's (the next Emit or Flush reports them).
-func (w *writer) start() {
+func (w *writer) start(burst bool) {
 	if w.busy || len(w.queue) == 0 {
 		w.mu.Unlock()
 		return
 	}
 	w.busy = true
-	if w.inline && (!w.burst || !w.queuedDelta()) {
+	if w.inline && !burst {
 		w.running = true
 		w.mu.Unlock()
 		w.drain()
@@ -176,16 +179,6 @@ func (w *writer) start() {
 	}
 	w.mu.Unlock()
 	go w.drainAsync()
-}
-
-// queuedDelta reports whether a delta is queued. Called with mu held.
-func (w *writer) queuedDelta() bool {
-	for i := range w.queue {
-		if w.queue[i].delta {
-			return true
-		}
-	}
-	return false
 }
 
 // drainAsync is a drain goroutine: it drains unless the drain was taken
