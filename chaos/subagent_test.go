@@ -264,14 +264,7 @@ func TestSubagentSurvivesKill(t *testing.T) {
 // subagentCallResult is the result of run's one call of the tool name.
 func subagentCallResult(t *testing.T, run []rein.Event, name string) rein.ToolResultPayload {
 	t.Helper()
-	var uses []rein.ToolUsePayload
-	for _, ev := range all(run, rein.EventToolUse) {
-		var u rein.ToolUsePayload
-		decode(t, ev, &u)
-		if u.Name == name {
-			uses = append(uses, u)
-		}
-	}
+	uses := payloadsOf(t, run, rein.EventToolUse, func(u rein.ToolUsePayload) bool { return u.Name == name })
 	if len(uses) != 1 {
 		t.Fatalf("want exactly one %s call, got %d\n%s", name, len(uses), dump(run))
 	}
