@@ -58,12 +58,15 @@ type holdTool struct {
 	mu    sync.Mutex
 	gates map[string]chan struct{}
 	calls map[string]int // per run
+	// in is closed when a run's first call is inside the tool (logged
+	// agent.tool_use comes before that).
+	in map[string]chan struct{}
 	// onStop, when set, is called as a held call sees its run stop.
 	onStop func(tool.Call)
 }
 
 func newHold() *holdTool {
-	return &holdTool{gates: map[string]chan struct{}{}, calls: map[string]int{}}
+	return &holdTool{gates: map[string]chan struct{}{}, calls: map[string]int{}, in: map[string]chan struct{}{}}
 }
 
 func (h *holdTool) Spec() tool.Spec {
@@ -81,9 +84,37 @@ func (h *holdTool) gate(runID string) chan struct{} {
 	return g
 }
 
+// inside returns a channel closed once a call of the run is inside the
+// tool. Called with h.mu held.
+func (h *holdTool) inside(runID string) chan struct{} {
+	ch := h.in[runID]
+	if ch == nil {
+		ch = make(chan struct{})
+		h.in[runID] = ch
+	}
+	return ch
+}
+
+// entered waits until a call of the run is inside the tool: a stop of the
+// run now reaches the call (onStop), not a step that has yet to begin it.
+func (h *holdTool) entered(t *testing.T, runID string) {
+	t.Helper()
+	h.mu.Lock()
+	ch := h.inside(runID)
+	h.mu.Unlock()
+	select {
+	case <-ch:
+	case <-time.After(10 * time.Second):
+		t.Fatalf("run %s never entered the hold tool", runID)
+	}
+}
+
 func (h *holdTool) Call(ctx context.Context, c tool.Call) (tool.Result, error) {
 	h.mu.Lock()
 	h.calls[c.RunID]++
+	if h.calls[c.RunID] == 1 {
+		close(h.inside(c.RunID))
+	}
 	h.mu.Unlock()
 	select {
 	case <-h.gate(c.RunID):

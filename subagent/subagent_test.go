@@ -883,6 +883,10 @@ func TestDrainStopsChildrenFirst(t *testing.T) {
 	s := w.startChild(parent, subagent.ContinuableSpec{StartRequest: subagent.StartRequest{Prompt: "hold child"}})
 	child := key("alice", s.ChildID)
 	w.waitEvent(child, "the child holding", func(e rein.Event) bool { return e.Type == rein.EventToolUse && e.RunID == s.TaskID })
+	// Inside the tool, not only logged as calling it: a stop that came
+	// before the parent's call began would never reach onStop.
+	hold.entered(t, p.RunID)
+	hold.entered(t, s.TaskID)
 
 	var mu sync.Mutex
 	var childAtParentStop rein.RunStatus
