@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"runtime/pprof"
 
 	"github.com/reinhq/rein"
 	"github.com/reinhq/rein/bench/load"
@@ -26,6 +27,7 @@ and reports what was measured.`
 func cmdBench(ctx context.Context, args []string, std stdio) error {
 	fs := newFlagSet(std, "bench", benchSynopsis, benchAbout)
 	o := load.Flags(fs.FlagSet)
+	cpuProfile := fs.String("cpuprofile", "", "write a CPU profile of rein bench itself (the load client, and the server when it runs in this process) to `FILE`, for go tool pprof")
 	if err := fs.parse(args, std.lookupEnv); err != nil {
 		return err
 	}
@@ -40,6 +42,20 @@ func cmdBench(ctx context.Context, args []string, std stdio) error {
 		return usagef("%s", err)
 	}
 	o.Progress = std.err
+	if *cpuProfile != "" {
+		f, err := os.Create(*cpuProfile)
+		if err != nil {
+			return usagef("%s: %v", fs.label("cpuprofile"), err)
+		}
+		if err := pprof.StartCPUProfile(f); err != nil {
+			f.Close()
+			return usagef("%s: %v", fs.label("cpuprofile"), err)
+		}
+		defer func() {
+			pprof.StopCPUProfile()
+			f.Close()
+		}()
+	}
 	sig, stop := std.notify(os.Interrupt)
 	defer stop()
 	ctx, cancel := context.WithCancel(ctx)

@@ -16,9 +16,14 @@ func TestBenchCommand(t *testing.T) {
 	dir := t.TempDir()
 	code, out, errs := run(t, "", nil, "bench", "--sessions", "3", "--messages", "2", "--chunks", "3",
 		"--chunk-delay", "1ms", "--tool-calls", "1", "--stop-fraction", "0.5", "--idle-streams", "3",
-		"--store", "sqlite:"+filepath.Join(dir, "bench.db"), "--out", filepath.Join(dir, "out"))
+		"--store", "sqlite:"+filepath.Join(dir, "bench.db"), "--out", filepath.Join(dir, "out"),
+		"--cpuprofile", filepath.Join(dir, "cpu.out"))
 	if code != 0 {
 		t.Fatalf("rein bench: exit %d\nstdout:\n%s\nstderr:\n%s", code, out, errs)
+	}
+	// A CPU profile is gzipped protobuf: it starts with gzip's magic.
+	if b, err := os.ReadFile(filepath.Join(dir, "cpu.out")); err != nil || len(b) < 2 || b[0] != 0x1f || b[1] != 0x8b {
+		t.Errorf("--cpuprofile wrote %d bytes, %v; want a gzipped profile", len(b), err)
 	}
 	for _, f := range []string{load.FileJSON, load.FileSVG, load.FileTable, load.FileScript} {
 		if st, err := os.Stat(filepath.Join(dir, "out", f)); err != nil || st.Size() == 0 {

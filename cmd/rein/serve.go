@@ -60,6 +60,7 @@ type serveFlags struct {
 	maxRuns        *int
 	maxPending     *int
 	wakeParents    *bool
+	pprofAddr      *string
 }
 
 func newServeFlags(std stdio) *serveFlags {
@@ -86,6 +87,7 @@ func newServeFlags(std stdio) *serveFlags {
 		maxRuns:        fs.Int("max-runs-in-flight", sessions.DefaultMaxRunsInFlight, "runs this instance holds at once (running or queued); beyond it a message is answered 503 with Retry-After (negative: no bound)"),
 		maxPending:     fs.Int("max-pending-writes", 0, "writes waiting for the store beyond which new runs and sessions are answered 503 with Retry-After (0: the store's writer queue size; negative: no bound)"),
 		wakeParents:    fs.Bool("wake-parents", false, "when a background subagent finishes, start a run of its parent session if the parent is idle, so it reacts to the subagent's note at once (default: the note waits for the parent's next message)"),
+		pprofAddr:      fs.String("pprof-addr", "", "loopback `HOST:PORT` on which to serve Go's profiles (/debug/pprof/) for diagnosing the server's CPU and memory (none: off)"),
 		logLevel:       newChoice("info", "debug", "info", "warn", "error"),
 		logFormat:      newChoice("text", "text", "json"),
 	}
@@ -125,6 +127,8 @@ func (f *serveFlags) parse(args []string, std stdio) error {
 		return fs.invalid("retention", "must be a duration ≥ 0, e.g. 720h (0: keep sessions)")
 	case *f.maxRuns == 0:
 		return fs.invalid("max-runs-in-flight", "must be at least 1, e.g. %d (or negative for no bound)", sessions.DefaultMaxRunsInFlight)
+	case *f.pprofAddr != "" && (!validListenAddr(*f.pprofAddr) || !loopbackAddr(*f.pprofAddr)):
+		return fs.invalid("pprof-addr", "must be a loopback HOST:PORT such as 127.0.0.1:6060: profiles reveal the server's memory, so they are never served on another interface")
 	}
 	return nil
 }
@@ -249,6 +253,14 @@ func cmdServe(ctx context.Context, args []string, std stdio) error {
 
 	sigCtx, stop := signal.NotifyContext(ctx, syscall.SIGINT, syscall.SIGTERM)
 	defer stop()
+	if *f.pprofAddr != "" {
+		closeProfiles, err := serveProfiles(*f.pprofAddr, logger)
+		if err != nil {
+			ln.Close()
+			return err
+		}
+		defer closeProfiles()
+	}
 	return srv.Serve(sigCtx, ln)
 }
 

@@ -20,6 +20,7 @@ import (
 	"net/http/httptest"
 	"os"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"sync"
 	"testing"
@@ -341,5 +342,34 @@ func TestServeConfigErrorsStartTheLine(t *testing.T) {
 	code, _, errs := run(t, "", nil, "serve", "--addr", "127.0.0.1:0", "--store", "memory:", "--config", cfg)
 	if code != exitUsage || !strings.HasPrefix(errs, cfg+":3: ") || !strings.Contains(errs, "nosuch") {
 		t.Fatalf("exit %d, stderr:\n%s", code, errs)
+	}
+}
+
+// TestServeProfiles: --pprof-addr serves Go's profiles on a listener of its
+// own, not on the API's.
+func TestServeProfiles(t *testing.T) {
+	s := startServe(t, nil, "--addr", "127.0.0.1:0", "--store", "memory:", "--pprof-addr", "127.0.0.1:0")
+	m := regexp.MustCompile(`msg="serving profiles".*url=(http://\S+)`).FindStringSubmatch(s.stderr.waitFor(t, "serving profiles"))
+	if m == nil {
+		t.Fatalf("no profiles url in:\n%s", s.stderr)
+	}
+	get := func(url string) (int, string) {
+		t.Helper()
+		resp, err := http.Get(url)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		return resp.StatusCode, string(b)
+	}
+	if code, body := get(m[1] + "goroutine?debug=1"); code != http.StatusOK || !strings.Contains(body, "goroutine profile:") {
+		t.Fatalf("goroutine profile: %d %.200s", code, body)
+	}
+	if code, _ := get(s.url + "/debug/pprof/"); code != http.StatusNotFound {
+		t.Fatalf("the API's listener answers /debug/pprof/ with %d, want 404", code)
+	}
+	if code := s.shutdown(t); code != 0 {
+		t.Fatalf("exit %d:\n%s", code, s.stderr)
 	}
 }

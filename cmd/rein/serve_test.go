@@ -179,6 +179,8 @@ func TestServeFlagErrors(t *testing.T) {
 		{[]string{"--log-format", "xml"}, `--log-format "xml": use text or json`},
 		{[]string{"--nosuch"}, "unknown flag --nosuch (rein serve has --addr, "},
 		{[]string{"--tokens"}, "--tokens needs a value, e.g. --tokens FILE"},
+		{[]string{"--pprof-addr", "0.0.0.0:6060"}, `--pprof-addr "0.0.0.0:6060": must be a loopback HOST:PORT such as 127.0.0.1:6060`},
+		{[]string{"--pprof-addr", "6060"}, `--pprof-addr "6060": must be a loopback HOST:PORT`},
 	} {
 		code, _, stderr := run(t, "", nil, append([]string{"serve", "--addr", "127.0.0.1:0", "--store", "memory:"}, c.args...)...)
 		if code != exitUsage || !strings.HasPrefix(stderr, "rein: ") || !strings.Contains(stderr, c.want) || !strings.Contains(stderr, "usage: rein serve ") {
