@@ -82,7 +82,8 @@ func (s *Service) CreateChild(ctx context.Context, parent rein.SessionKey, req C
 	if err := s.st.CreateSession(ctx, sess); err != nil {
 		return nil, err
 	}
-	return s.st.GetSession(ctx, sess.Key())
+	// The store left in sess what it stored: no read back.
+	return sess, nil
 }
 
 // childModel opens (once) the model a child's descriptor names.

@@ -383,7 +383,8 @@ func (s *Service) CreateSession(ctx context.Context, owner string, req CreateSes
 	if err := s.st.CreateSession(ctx, sess); err != nil {
 		return nil, err
 	}
-	return s.st.GetSession(ctx, sess.Key())
+	// The store left in sess what it stored: no read back.
+	return sess, nil
 }
 
 // SessionInfo is a session with its live state.

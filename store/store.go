@@ -92,7 +92,9 @@ type SubagentDescriptor struct {
 // Sessions stores session records.
 type Sessions interface {
 	// CreateSession stores s. Metadata nil is stored as {}; a zero
-	// CreatedAt is set to now. It MUST fail with rein.ErrConflict if
+	// CreatedAt is set to now. On success s holds what GetSession will
+	// read back (its Metadata as stored, its CreatedAt at the store's
+	// precision), so a caller need not read it again. It MUST fail with rein.ErrConflict if
 	// (Owner, ID) exists, and with rein.ErrNotFound if ParentID is set but
 	// names no session of the same owner.
 	CreateSession(ctx context.Context, s *Session) error

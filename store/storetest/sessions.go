@@ -1,6 +1,7 @@
 package storetest
 
 import (
+	"bytes"
 	"reflect"
 	"time"
 
@@ -22,6 +23,7 @@ var _ = register(
 	test{"Sessions/IDInUseAcrossOwners", testSessionIDInUse},
 	test{"Sessions/SetSystem", testSetSystem},
 	test{"Sessions/ValuesAreCopied", testSessionCopies},
+	test{"Sessions/CreateLeavesWhatWasStored", testSessionCreateFillsIn},
 )
 
 func testSessionRoundTrip(t *T) {
@@ -292,5 +294,35 @@ func testSessionCopies(t *T) {
 	must(t, err, "GetSession")
 	if !jsonEqual(again.Metadata, []byte(`{"k":"v"}`)) || *again.System != "original" || again.Subagent.ToolFilter[0] != "a" {
 		t.Fatalf("stored session changed through caller pointers: %s %q %v", again.Metadata, *again.System, again.Subagent.ToolFilter)
+	}
+}
+
+// testSessionCreateFillsIn: after CreateSession the caller's record is what
+// GetSession reads back (metadata as stored, CreatedAt defaulted or
+// normalised), so a caller that has just created a session need not read it.
+func testSessionCreateFillsIn(t *T) {
+	sys := "be brief"
+	for _, in := range []*store.Session{
+		{Owner: "alice", ID: "ses_defaults"},
+		{Owner: "alice", ID: "ses_full", Metadata: []byte(`{"title": "déjà vu", "n": 1.50}`), System: &sys, Agent: "researcher",
+			CreatedAt: time.Date(2029, 12, 31, 23, 59, 58, 999999999, time.FixedZone("X", -7*3600))},
+		{Owner: "alice", ID: "ses_kid", ParentID: "ses_full", Metadata: []byte(` {"a":[1, 2]} `),
+			Subagent: &store.SubagentDescriptor{Agent: "a", Label: "l", Depth: 1, ToolFilter: []string{"x"}}},
+	} {
+		must(t, t.S.CreateSession(t.Ctx, in), "CreateSession("+in.ID+")")
+		got, err := t.S.GetSession(t.Ctx, in.Key())
+		must(t, err, "GetSession("+in.ID+")")
+		if !bytes.Equal(in.Metadata, got.Metadata) {
+			t.Fatalf("%s: Metadata after CreateSession %q, GetSession reads %q", in.ID, in.Metadata, got.Metadata)
+		}
+		if !in.CreatedAt.Equal(got.CreatedAt) || in.CreatedAt.Location().String() != got.CreatedAt.Location().String() ||
+			in.CreatedAt.Format(time.RFC3339Nano) != got.CreatedAt.Format(time.RFC3339Nano) {
+			t.Fatalf("%s: CreatedAt after CreateSession %s, GetSession reads %s", in.ID, in.CreatedAt, got.CreatedAt)
+		}
+		a, b := *in, *got
+		a.Metadata, b.Metadata, a.CreatedAt, b.CreatedAt = nil, nil, time.Time{}, time.Time{}
+		if !reflect.DeepEqual(a, b) {
+			t.Fatalf("%s: after CreateSession %+v, GetSession reads %+v", in.ID, a, b)
+		}
 	}
 }
