@@ -73,6 +73,7 @@ func (tx *wtx) pushSupplement(key rein.SessionKey, si *sessInfo, in *store.Suppl
 	if err != nil {
 		return nil, false, err
 	}
+	tx.op.inbox = append(tx.op.inbox, inboxRec{key, 1})
 	return &rec, true, nil
 }
 
@@ -93,7 +94,7 @@ func (s *Store) ConsumeSupplements(ctx context.Context, key rein.SessionKey, run
 			ids[i] = sup.ID
 			sup.Status, sup.RunID, sup.Step, sup.ConsumedAt = store.SupplementConsumed, runID, step, tx.now
 		}
-		return tx.consumeSupplements(si, ids, runID, step)
+		return tx.consumeSupplements(key, si, ids, runID, step)
 	})
 	if err != nil {
 		return nil, err
@@ -128,7 +129,7 @@ func (tx *wtx) queuedSupplements(key rein.SessionKey, si *sessInfo) ([]*store.Su
 // any is marked, so a refusal writes nothing; an id named twice is refused
 // like one already consumed. The ids travel as one JSON array, so the
 // statements are prepared once whatever their number.
-func (tx *wtx) consumeSupplements(si *sessInfo, ids []string, runID string, step int) error {
+func (tx *wtx) consumeSupplements(key rein.SessionKey, si *sessInfo, ids []string, runID string, step int) error {
 	if len(ids) == 0 {
 		return nil
 	}
@@ -164,9 +165,12 @@ func (tx *wtx) consumeSupplements(si *sessInfo, ids []string, runID string, step
 		}
 		seen[supID] = true
 	}
-	_, err = tx.exec(`UPDATE supplements SET status = 'consumed', run_id = ?, step = ?, consumed_at = ?
-		WHERE session_pk = ? AND id IN (SELECT value FROM json_each(?))`, runID, step, tx.now.UnixMicro(), si.pk, string(list))
-	return err
+	if _, err = tx.exec(`UPDATE supplements SET status = 'consumed', run_id = ?, step = ?, consumed_at = ?
+		WHERE session_pk = ? AND id IN (SELECT value FROM json_each(?))`, runID, step, tx.now.UnixMicro(), si.pk, string(list)); err != nil {
+		return err
+	}
+	tx.op.inbox = append(tx.op.inbox, inboxRec{key, -len(ids)})
+	return nil
 }
 
 // qPendingByKey is the queued count and the session's existence in one
@@ -178,6 +182,13 @@ const qPendingByKey = `SELECT (SELECT count(*) FROM supplements WHERE session_pk
 
 // PendingSupplements implements store.Inbox.
 func (s *Store) PendingSupplements(ctx context.Context, key rein.SessionKey) (int, error) {
+	if n, ok := s.tails.pending(key); ok {
+		if err := s.usable(ctx); err != nil {
+			return 0, err
+		}
+		return n, nil
+	}
+	gen := s.tails.factsGen()
 	var n int
 	err := s.rq.QueryRowContext(ctx, qPendingByKey, key.Owner, key.ID).Scan(&n)
 	if errors.Is(err, sql.ErrNoRows) {
@@ -186,6 +197,7 @@ func (s *Store) PendingSupplements(ctx context.Context, key rein.SessionKey) (in
 	if err != nil {
 		return 0, s.fail("counting supplements", err)
 	}
+	s.tails.pendingRead(gen, key, n)
 	return n, nil
 }
 

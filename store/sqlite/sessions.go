@@ -61,7 +61,20 @@ func (s *Store) CreateSession(ctx context.Context, in *store.Session) error {
 			return err
 		}
 		tx.s.cache[key] = &sessInfo{pk: pk, histLen: 0}
-		tx.op.created = append(tx.op.created, key)
+		// The record as GetSession would read it back, for the tails.
+		stored := &store.Session{Owner: in.Owner, ID: in.ID, ParentID: in.ParentID, Metadata: append(json.RawMessage(nil), meta...),
+			Agent: in.Agent, CreatedAt: createdAt}
+		if system.Valid {
+			v := system.String
+			stored.System = &v
+		}
+		if sub.Valid {
+			stored.Subagent = new(store.SubagentDescriptor)
+			if err := json.Unmarshal([]byte(sub.String), stored.Subagent); err != nil {
+				return err
+			}
+		}
+		tx.op.created = append(tx.op.created, stored)
 		return nil
 	})
 	if err != nil {
@@ -101,6 +114,13 @@ func scanSession(sc interface{ Scan(...any) error }) (*store.Session, error) {
 
 // GetSession implements store.Sessions.
 func (s *Store) GetSession(ctx context.Context, key rein.SessionKey) (*store.Session, error) {
+	if out, ok := s.tails.session(key); ok {
+		if err := s.usable(ctx); err != nil {
+			return nil, err
+		}
+		return out, nil
+	}
+	gen := s.tails.factsGen()
 	row := s.rq.QueryRowContext(ctx, `SELECT `+sessionColumns+` FROM sessions WHERE owner = ? AND id = ?`, key.Owner, key.ID)
 	out, err := scanSession(row)
 	if errors.Is(err, sql.ErrNoRows) {
@@ -109,6 +129,7 @@ func (s *Store) GetSession(ctx context.Context, key rein.SessionKey) (*store.Ses
 	if err != nil {
 		return nil, s.fail("reading session", err)
 	}
+	s.tails.sessionRead(gen, out)
 	return out, nil
 }
 
@@ -171,8 +192,11 @@ func (s *Store) SetSystem(ctx context.Context, key rein.SessionKey, system *stri
 		if err != nil {
 			return err
 		}
-		_, err = tx.exec(`UPDATE sessions SET system = ? WHERE pk = ?`, v, si.pk)
-		return err
+		if _, err = tx.exec(`UPDATE sessions SET system = ? WHERE pk = ?`, v, si.pk); err != nil {
+			return err
+		}
+		tx.op.restated = append(tx.op.restated, key)
+		return nil
 	})
 }
 

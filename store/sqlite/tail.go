@@ -6,6 +6,7 @@ import (
 	"sync"
 
 	"github.com/reinhq/rein"
+	"github.com/reinhq/rein/store"
 )
 
 // Live readers (event streams, WaitEvents) ask for the last few events of
@@ -42,6 +43,11 @@ type tails struct {
 	m     map[rein.SessionKey]*tail
 	lru   list.List // of *tail, most recently appended first
 	bytes int
+	// gen counts changes to what the tails know of sessions' rows and
+	// inboxes (and every drop): a fact read from the database is kept only
+	// if gen did not move while it was read, so a read that raced a
+	// commit never installs what that commit changed.
+	gen uint64
 }
 
 type tail struct {
@@ -52,6 +58,12 @@ type tail struct {
 	evs   []rein.Event
 	bytes int
 	elem  *list.Element
+	// The run's loop asks for the session's record at every run and for
+	// its queued supplements twice a step; a tail answers both while it
+	// knows them (facts.go). sess is nil, and pending -1, when unknown.
+	sess      *store.Session
+	sessBytes int
+	pending   int
 }
 
 // tailBase is what a tail counts against tailsBytes before any event: an
@@ -116,7 +128,7 @@ func (t *tails) appended(key rein.SessionKey, prev int64, evs []rein.Event) {
 
 // newLocked starts key's tail at last seq prev.
 func (t *tails) newLocked(key rein.SessionKey, prev int64) *tail {
-	tl := &tail{key: key, last: prev, bytes: tailBase}
+	tl := &tail{key: key, last: prev, bytes: tailBase, pending: -1}
 	tl.elem = t.lru.PushFront(tl)
 	t.m[key] = tl
 	t.bytes += tailBase
@@ -124,17 +136,20 @@ func (t *tails) newLocked(key rein.SessionKey, prev int64) *tail {
 }
 
 // created starts an empty tail for a session just created (its log is
-// empty: last seq 0).
-func (t *tails) created(key rein.SessionKey) {
+// empty: last seq 0, no supplement) and keeps its record, as stored.
+func (t *tails) created(sess *store.Session) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	if t.m == nil {
 		t.m = map[rein.SessionKey]*tail{}
 	}
+	key := sess.Key()
 	if t.m[key] != nil {
 		return
 	}
-	t.newLocked(key, 0)
+	tl := t.newLocked(key, 0)
+	tl.pending = 0
+	t.setSessionLocked(tl, sess)
 	for t.bytes > tailsBytes && t.lru.Len() > 1 {
 		t.dropLocked(t.lru.Back().Value.(*tail))
 	}
@@ -157,12 +172,14 @@ func (t *tails) reset() {
 	clear(t.m)
 	t.lru.Init()
 	t.bytes = 0
+	t.gen++
 }
 
 func (t *tails) dropLocked(tl *tail) {
 	t.lru.Remove(tl.elem)
 	delete(t.m, tl.key)
 	t.bytes -= tl.bytes
+	t.gen++
 }
 
 // read answers ReadEvents from key's tail: the events after after (at

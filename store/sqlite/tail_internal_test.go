@@ -277,9 +277,9 @@ func TestTailOfNewSession(t *testing.T) {
 	var ts tails
 	n := tailsBytes/tailBase + 10
 	for i := range n {
-		ts.created(rein.SessionKey{Owner: "o", ID: fmt.Sprintf("ses_%d", i)})
+		ts.created(&store.Session{Owner: "o", ID: fmt.Sprintf("ses_%d", i)})
 	}
-	if ts.bytes > tailsBytes || ts.lru.Len() > tailsBytes/tailBase {
+	if ts.bytes > tailsBytes || ts.lru.Len() > tailsBytes/(tailBase+sessionFactBase) {
 		t.Fatalf("%d empty tails kept, %d bytes counted; the bound is %d bytes", ts.lru.Len(), ts.bytes, tailsBytes)
 	}
 	if _, ok := ts.lastSeq(rein.SessionKey{Owner: "o", ID: "ses_0"}); ok {

@@ -294,7 +294,7 @@ func (t *sqlTx) ConsumeSupplements(ids []string, runID string, step int) error {
 	if err := t.begin(); err != nil {
 		return err
 	}
-	return t.end("consuming supplements", t.w.consumeSupplements(t.si, ids, runID, step))
+	return t.end("consuming supplements", t.w.consumeSupplements(t.key, t.si, ids, runID, step))
 }
 
 // CreateConfirmation implements store.Tx.

@@ -46,7 +46,12 @@ type op struct {
 	// created names sessions the operation created: each gets an empty
 	// tail once committed, so that a stream opened on a new session waits
 	// and reads without asking the database (it has nothing yet).
-	created []rein.SessionKey
+	created []*store.Session
+	// restated names sessions whose record the operation changed, inbox
+	// the changes to sessions' queued supplements: the facts the tails
+	// keep of them (facts.go) follow once committed.
+	restated []rein.SessionKey
+	inbox    []inboxRec
 	// state is opPending until the writer takes the operation (opTaken)
 	// or its caller gives up first (opAbandoned). A caller that finds it
 	// taken waits for the answer: an operation's function (an Update's fn,
@@ -70,6 +75,12 @@ type wtx struct {
 	// saved holds every cache entry this operation changed, as it was
 	// before the change (see touch).
 	saved []savedInfo
+}
+
+// inboxRec is a change of a session's queued supplements by an operation.
+type inboxRec struct {
+	key   rein.SessionKey
+	delta int
 }
 
 type savedInfo struct {
@@ -492,8 +503,14 @@ func (s *Store) answer(live []*op, results []error) {
 			for _, key := range o.forget {
 				s.tails.drop(key)
 			}
-			for _, key := range o.created {
-				s.tails.created(key)
+			for _, sess := range o.created {
+				s.tails.created(sess)
+			}
+			for _, key := range o.restated {
+				s.tails.restated(key)
+			}
+			for _, r := range o.inbox {
+				s.tails.inboxChanged(r.key, r.delta)
 			}
 			for _, key := range o.wakes {
 				s.waiters.publish(key)
