@@ -3,6 +3,7 @@ package rein
 import (
 	"bytes"
 	"encoding/json"
+	"strconv"
 	"time"
 )
 
@@ -70,14 +71,53 @@ func FormatTime(t time.Time) string { return t.UTC().Format(TimeFormat) }
 
 // MarshalJSON writes the docs/api.md event JSON.
 func (e Event) MarshalJSON() ([]byte, error) {
-	j := eventJSON{Seq: e.Seq, ID: e.ID, SessionID: e.SessionID, Type: e.Type, Payload: e.Payload, CreatedAt: FormatTime(e.CreatedAt)}
-	if e.RunID != "" {
-		j.RunID = &e.RunID
+	return e.AppendJSON(nil)
+}
+
+// AppendJSON appends to b what MarshalJSON returns. Event streams write
+// every event they send this way, so the common case — identifiers of
+// plain ASCII, a payload already compact and free of what encoding/json
+// escapes for HTML — is written directly, byte for byte what
+// encoding/json writes, without its reflection and allocations; anything
+// else goes through encoding/json.
+func (e Event) AppendJSON(b []byte) ([]byte, error) {
+	payload := e.Payload
+	if len(bytes.TrimSpace(payload)) == 0 {
+		payload = json.RawMessage("{}")
 	}
-	if len(bytes.TrimSpace(j.Payload)) == 0 {
-		j.Payload = json.RawMessage("{}")
+	if !plainJSONString(e.ID) || !plainJSONString(e.SessionID) || !plainJSONString(e.RunID) ||
+		!plainJSONString(string(e.Type)) || !compactJSON(payload) || !json.Valid(payload) {
+		j := eventJSON{Seq: e.Seq, ID: e.ID, SessionID: e.SessionID, Type: e.Type, Payload: payload, CreatedAt: FormatTime(e.CreatedAt)}
+		if e.RunID != "" {
+			// A copy: a pointer into e would move e to the heap on every call.
+			rid := e.RunID
+			j.RunID = &rid
+		}
+		out, err := json.Marshal(j)
+		if err != nil {
+			return b, err
+		}
+		return append(b, out...), nil
 	}
-	return json.Marshal(j)
+	b = append(b, `{"seq":`...)
+	b = strconv.AppendInt(b, e.Seq, 10)
+	b = append(b, `,"id":"`...)
+	b = append(b, e.ID...)
+	b = append(b, `","session_id":"`...)
+	b = append(b, e.SessionID...)
+	if e.RunID == "" {
+		b = append(b, `","run_id":null,"type":"`...)
+	} else {
+		b = append(b, `","run_id":"`...)
+		b = append(b, e.RunID...)
+		b = append(b, `","type":"`...)
+	}
+	b = append(b, e.Type...)
+	b = append(b, `","payload":`...)
+	b = append(b, payload...)
+	b = append(b, `,"created_at":"`...)
+	b = e.CreatedAt.UTC().AppendFormat(b, TimeFormat)
+	return append(b, `"}`...), nil
 }
 
 // UnmarshalJSON reads the docs/api.md event JSON.
@@ -96,6 +136,66 @@ func (e *Event) UnmarshalJSON(b []byte) error {
 	}
 	return nil
 }
+
+// plainJSONString reports whether encoding/json writes s as it is between
+// quotes: printable ASCII with nothing it escapes (quote, backslash, and
+// <, > and & for HTML).
+func plainJSONString(s string) bool {
+	for i := 0; i < len(s); i++ {
+		switch c := s[i]; {
+		case c < 0x20 || c >= 0x7f, c == '"', c == '\\', c == '<', c == '>', c == '&':
+			return false
+		}
+	}
+	return true
+}
+
+// compactJSON reports whether encoding/json would write the JSON text p
+// unchanged: no whitespace outside strings, and none of what it escapes
+// for HTML anywhere (<, >, &, and U+2028 and U+2029, which start with the
+// byte 0xE2: any 0xE2 counts, to be safe).
+func compactJSON(p []byte) bool {
+	for i := 0; i < len(p); i++ {
+		switch jsonClass[p[i]] {
+		case classRefused:
+			return false
+		case classSpace:
+			return false
+		case classQuote:
+			// A string: skip to its closing quote.
+			for i++; i < len(p); i++ {
+				c := p[i]
+				if k := jsonClass[c]; k == classRefused {
+					return false
+				} else if c == '\\' {
+					i++
+				} else if c == '"' {
+					break
+				}
+			}
+		}
+	}
+	return true
+}
+
+// The byte classes compactJSON tells apart.
+const (
+	_ = iota // anything else
+	classRefused
+	classSpace
+	classQuote
+)
+
+var jsonClass = func() (t [256]uint8) {
+	for _, c := range []byte{'<', '>', '&', 0xE2} {
+		t[c] = classRefused
+	}
+	for _, c := range []byte{' ', '\t', '\n', '\r'} {
+		t[c] = classSpace
+	}
+	t['"'] = classQuote
+	return t
+}()
 
 // NewEvent builds an unsequenced event of type t about run runID ("" for
 // none) with payload p marshalled to JSON. Payload types in this package

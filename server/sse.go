@@ -399,17 +399,24 @@ func streamCursor(r *http.Request) (int64, error) {
 
 // writeFrame appends one SSE frame: id, event, data (one data line per
 // line of JSON, though the event JSON is compact and has none), blank line.
+// The JSON is appended in place (rein.Event.AppendJSON): a stream writes a
+// frame per event, and encoding/json's copy and reflection were most of a
+// frame's cost.
 func writeFrame(buf *bytes.Buffer, e rein.Event) error {
-	data, err := e.MarshalJSON()
+	b := strconv.AppendInt(append(buf.AvailableBuffer(), "id: "...), e.Seq, 10)
+	b = append(append(append(b, "\nevent: "...), e.Type...), "\ndata: "...)
+	head := len(b)
+	b, err := e.AppendJSON(b)
 	if err != nil {
-		return err
+		return err // nothing written: b is beyond buf's length
 	}
-	buf.WriteString("id: ")
-	buf.WriteString(strconv.FormatInt(e.Seq, 10))
-	buf.WriteString("\nevent: ")
-	buf.WriteString(string(e.Type))
-	buf.WriteByte('\n')
-	for _, line := range bytes.Split(data, []byte("\n")) {
+	if bytes.IndexByte(b[head:], '\n') < 0 {
+		buf.Write(append(b, "\n\n"...))
+		return nil
+	}
+	data := bytes.Clone(b[head:])
+	buf.Write(b[:head-len("data: ")])
+	for line := range bytes.SplitSeq(data, []byte("\n")) {
 		buf.WriteString("data: ")
 		buf.Write(line)
 		buf.WriteByte('\n')

@@ -1,0 +1,96 @@
+package rein
+
+import (
+	"bytes"
+	"encoding/json"
+	"testing"
+	"time"
+)
+
+// referenceJSON is the event JSON as encoding/json writes it: what
+// AppendJSON must write, byte for byte.
+func referenceJSON(e Event) ([]byte, error) {
+	p := e.Payload
+	if len(bytes.TrimSpace(p)) == 0 {
+		p = json.RawMessage("{}")
+	}
+	j := eventJSON{Seq: e.Seq, ID: e.ID, SessionID: e.SessionID, Type: e.Type, Payload: p, CreatedAt: FormatTime(e.CreatedAt)}
+	if e.RunID != "" {
+		j.RunID = &e.RunID
+	}
+	return json.Marshal(j)
+}
+
+func checkEventJSON(t *testing.T, e Event) {
+	t.Helper()
+	want, werr := referenceJSON(e)
+	got, gerr := e.AppendJSON([]byte("prefix"))
+	if (werr == nil) != (gerr == nil) {
+		t.Fatalf("%+v: AppendJSON error %v, encoding/json's %v", e, gerr, werr)
+	}
+	if werr != nil {
+		return
+	}
+	if !bytes.HasPrefix(got, []byte("prefix")) || !bytes.Equal(got[len("prefix"):], want) {
+		t.Fatalf("%+v:\nAppendJSON    %s\nencoding/json prefix%s", e, got, want)
+	}
+}
+
+func TestEventJSONIsEncodingJSONs(t *testing.T) {
+	at := time.Date(2026, 12, 1, 19, 0, 0, 123456000, time.FixedZone("X", 3600))
+	base := Event{Seq: 42, ID: "evt_01", SessionID: "ses_01", RunID: "run_01", Type: EventMessageDelta, CreatedAt: at}
+	for _, c := range []struct {
+		name string
+		edit func(*Event)
+	}{
+		{"plain", func(e *Event) { e.Payload = json.RawMessage(`{"run_id":"run_01","step":1,"text":"token "}`) }},
+		{"no run", func(e *Event) { e.RunID, e.Payload = "", json.RawMessage(`{"text":"x"}`) }},
+		{"empty payload", func(e *Event) { e.Payload = nil }},
+		{"blank payload", func(e *Event) { e.Payload = json.RawMessage(" \n") }},
+		{"spaced payload", func(e *Event) { e.Payload = json.RawMessage(`{ "a" : [1, 2] }`) }},
+		{"html in payload", func(e *Event) { e.Payload = json.RawMessage(`{"t":"<b>&</b>"}`) }},
+		{"line separator", func(e *Event) { e.Payload = json.RawMessage("{\"t\":\"a\u2028b\"}") }},
+		{"escaped quote", func(e *Event) { e.Payload = json.RawMessage(`{"t":"say \"hi\" \\ ok","u":"\n"}`) }},
+		{"unicode", func(e *Event) { e.Payload = json.RawMessage(`{"t":"déjà vu ✓"}`) }},
+		{"invalid payload", func(e *Event) { e.Payload = json.RawMessage(`{"t":`) }},
+		{"odd id", func(e *Event) { e.ID = `evt_"<x>"` }},
+		{"non-ascii session", func(e *Event) { e.SessionID = "ses_é" }},
+		{"zero time", func(e *Event) { e.CreatedAt = time.Time{}; e.Payload = json.RawMessage(`{}`) }},
+		{"negative seq", func(e *Event) { e.Seq = -1; e.Payload = json.RawMessage(`{}`) }},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			e := base
+			c.edit(&e)
+			checkEventJSON(t, e)
+		})
+	}
+}
+
+func FuzzEventJSON(f *testing.F) {
+	f.Add(int64(1), "evt_1", "ses_1", "run_1", "agent.message", `{"text":"hi"}`, int64(1700000000123456789))
+	f.Add(int64(7), "", "", "", "", ``, int64(0))
+	f.Add(int64(3), "evt_<", "ses_&", "run_\"", "x\ny", `{ "a":"<\u2028>" }`, int64(-5))
+	f.Add(int64(9), "evt_9", "ses_9", "", "t", "[1,\"\\\"\",{\"k\":null}]", int64(99))
+	f.Fuzz(func(t *testing.T, seq int64, id, sid, rid, typ, payload string, nanos int64) {
+		checkEventJSON(t, Event{Seq: seq, ID: id, SessionID: sid, RunID: rid, Type: EventType(typ),
+			Payload: json.RawMessage(payload), CreatedAt: time.Unix(0, nanos)})
+	})
+}
+
+func BenchmarkEventJSON(b *testing.B) {
+	e := Event{Seq: 42, ID: "evt_01KB0000000000000000000000", SessionID: "ses_01KB0000000000000000000000", RunID: "run_01KB0000000000000000000000",
+		Type: EventMessageDelta, Payload: json.RawMessage(`{"run_id":"run_01KB0000000000000000000000","step":1,"text":"token "}`), CreatedAt: time.Now()}
+	b.Run("AppendJSON", func(b *testing.B) {
+		b.ReportAllocs()
+		var buf []byte
+		for b.Loop() {
+			buf, _ = e.AppendJSON(buf[:0])
+		}
+	})
+	b.Run("encoding-json", func(b *testing.B) {
+		b.ReportAllocs()
+		for b.Loop() {
+			_, _ = referenceJSON(e)
+		}
+	})
+}
