@@ -8,6 +8,8 @@ import (
 
 	"github.com/reinhq/rein"
 	"github.com/reinhq/rein/store"
+	msqlite "modernc.org/sqlite"
+	sqlite3 "modernc.org/sqlite/lib"
 )
 
 const runColumns = `s.owner, s.id, r.id, r.status, r.reason, r.error, r.input, coalesce(r.client_id, ''),
@@ -89,24 +91,12 @@ func prepareRun(r *store.RunRecord) (store.RunRecord, error) {
 // createRun is the one implementation of a run's creation, for CreateRun
 // and Tx.CreateRun. A zero CreatedAt becomes the operation's time.
 func (tx *wtx) createRun(si *sessInfo, rec *store.RunRecord) error {
-	var n int
-	if err := tx.queryRow(`SELECT count(*) FROM runs WHERE id = ?`, rec.ID).Scan(&n); err != nil {
-		return err
-	}
-	if n > 0 {
-		return rein.Errorf(rein.CodeConflict, "run %q already exists", rec.ID)
-	}
-	if rec.ClientID != "" {
-		if err := tx.queryRow(`SELECT count(*) FROM runs WHERE session_pk = ? AND client_id = ?`, si.pk, rec.ClientID).Scan(&n); err != nil {
-			return err
-		}
-		if n > 0 {
-			return rein.Errorf(rein.CodeConflict, "a run with client id %q already exists in the session", rec.ClientID)
-		}
-	}
 	if rec.CreatedAt.IsZero() {
 		rec.CreatedAt = tx.now
 	}
+	// The run id's primary key and the session's unique client ids refuse
+	// a duplicate: no read before the insert. A constraint failure undoes
+	// only the statement, so it is a refusal, not a broken transaction.
 	_, err := tx.exec(`INSERT INTO runs (id, session_pk, status, reason, error, input, client_id, queue_order, deadline,
 			instance, resumes, stop, rolled_back, input_tokens, output_tokens, created_at, started_at, ended_at)
 		VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`,
@@ -114,6 +104,15 @@ func (tx *wtx) createRun(si *sessInfo, rec *store.RunRecord) error {
 		micros(rec.Deadline), rec.Instance, rec.Resumes, rec.Stop, boolInt(rec.RolledBack),
 		rec.Usage.InputTokens, rec.Usage.OutputTokens,
 		micros(rec.CreatedAt), micros(rec.StartedAt), micros(rec.EndedAt))
+	var se *msqlite.Error
+	if errors.As(err, &se) {
+		switch se.Code() {
+		case sqlite3.SQLITE_CONSTRAINT_PRIMARYKEY:
+			return rein.Errorf(rein.CodeConflict, "run %q already exists", rec.ID)
+		case sqlite3.SQLITE_CONSTRAINT_UNIQUE:
+			return rein.Errorf(rein.CodeConflict, "a run with client id %q already exists in the session", rec.ClientID)
+		}
+	}
 	return err
 }
 

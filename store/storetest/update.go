@@ -27,6 +27,7 @@ var _ = register(
 	test{"Update/ConcurrentUpdatesSerialise", testUpdateConcurrent},
 	test{"Update/CancelledContextWritesNothing", testUpdateCancelled},
 	test{"Update/NeverWritesAnotherSession", testUpdateOtherSession},
+	test{"Update/RefusedCreateRunLeavesTheRest", testUpdateRefusedCreateRun},
 	test{"Leases/UnexpiredIsNeverTakenOverEvenBySameRun", testLeaseNoSelfTakeover},
 	test{"Leases/ExpiredIsTakenOverBySameRun", testLeaseSelfTakeoverAfterExpiry},
 	test{"Leases/RenewAfterExpiryIsLost", testLeaseRenewExpired},
@@ -986,5 +987,42 @@ func testRunNewFields(t *T) {
 	must(t, err, "GetRun")
 	if plain.Resumes != 0 || plain.Stop != "" || plain.RolledBack {
 		t.Fatalf("fresh run = %+v, want zero Resumes, Stop and RolledBack", plain)
+	}
+}
+
+// testUpdateRefusedCreateRun: a CreateRun refused for a taken id or client
+// id is a refusal, not a broken transaction: fn goes on, and what else it
+// writes commits (the admission of a client_id repeat relies on it).
+func testUpdateRefusedCreateRun(t *T) {
+	key := t.newSession("alice")
+	must(t, t.S.CreateRun(t.Ctx, &store.RunRecord{Owner: key.Owner, SessionID: key.ID, ID: "run_1", Status: rein.StatusQueued, ClientID: "c-1"}), "CreateRun")
+	t.update(key, store.Fence{}, "Update", func(tx store.Tx) error {
+		err := tx.CreateRun(&store.RunRecord{Owner: key.Owner, SessionID: key.ID, ID: "run_1", Status: rein.StatusQueued})
+		if !errors.Is(err, rein.ErrConflict) {
+			return fmt.Errorf("CreateRun with a taken id: %v, want a conflict", err)
+		}
+		err = tx.CreateRun(&store.RunRecord{Owner: key.Owner, SessionID: key.ID, ID: "run_2", Status: rein.StatusQueued, ClientID: "c-1"})
+		if !errors.Is(err, rein.ErrConflict) {
+			return fmt.Errorf("CreateRun with a taken client id: %v, want a conflict", err)
+		}
+		if err := txMust(tx.CreateRun(&store.RunRecord{Owner: key.Owner, SessionID: key.ID, ID: "run_3", Status: rein.StatusQueued, ClientID: "c-3"}), "CreateRun"); err != nil {
+			return err
+		}
+		_, err = tx.AppendEvents(ev(rein.EventSystemMessage, "", `{"text":"after"}`))
+		return txMust(err, "AppendEvents")
+	})
+	runs, err := t.S.ListRuns(t.Ctx, key)
+	must(t, err, "ListRuns")
+	ids := map[string]bool{}
+	for _, r := range runs {
+		ids[r.ID] = true
+	}
+	if len(runs) != 2 || !ids["run_1"] || !ids["run_3"] {
+		t.Fatalf("runs after the Update: %v, want run_1 and run_3", ids)
+	}
+	evs, _, err := t.S.ReadEvents(t.Ctx, key, 0, 10)
+	must(t, err, "ReadEvents")
+	if len(evs) != 1 || evs[0].Type != rein.EventSystemMessage {
+		t.Fatalf("events after the Update: %+v", evs)
 	}
 }
