@@ -70,12 +70,22 @@ func (tx *wtx) acquireLease(key rein.SessionKey, si *sessInfo, holder, runID str
 	}
 	tx.touch(si)
 	si.lease = token
+	kept := *l
+	si.leaseRec, si.leaseKnown = &kept, true
 	return l, nil
 }
 
 // lease reads the session's lease, expired or not, through the writer's
-// connection; nil when it has none.
+// connection; nil when it has none. The cache entry knows it once loaded
+// (the writer makes every change to it): a copy of its record then.
 func (tx *wtx) lease(si *sessInfo) (*store.Lease, error) {
+	if si.leaseKnown {
+		if si.leaseRec == nil {
+			return nil, nil
+		}
+		l := *si.leaseRec
+		return &l, nil
+	}
 	l, err := scanLease(tx.queryRow(`SELECT `+leaseColumns+leaseFrom+`WHERE l.session_pk = ?`, si.pk))
 	if errors.Is(err, sql.ErrNoRows) {
 		return nil, nil
@@ -103,8 +113,14 @@ func (s *Store) RenewLease(ctx context.Context, l *store.Lease, ttl time.Duratio
 		if errors.Is(err, sql.ErrNoRows) {
 			return errLeaseLost()
 		}
+		if err != nil {
+			return err
+		}
 		out = &cur
-		return err
+		tx.touch(si)
+		kept := cur
+		si.leaseRec, si.leaseKnown = &kept, true
+		return nil
 	})
 	if err != nil {
 		return nil, err
@@ -137,7 +153,7 @@ func (tx *wtx) releaseLease(si *sessInfo, token int64) error {
 		return err
 	}
 	tx.touch(si)
-	si.lease = 0
+	si.lease, si.leaseRec, si.leaseKnown = 0, nil, true
 	return nil
 }
 

@@ -104,6 +104,10 @@ func (tx *wtx) createRun(si *sessInfo, rec *store.RunRecord) error {
 		micros(rec.Deadline), rec.Instance, rec.Resumes, rec.Stop, boolInt(rec.RolledBack),
 		rec.Usage.InputTokens, rec.Usage.OutputTokens,
 		micros(rec.CreatedAt), micros(rec.StartedAt), micros(rec.EndedAt))
+	if err == nil {
+		tx.runWritten(si, rec)
+		return nil
+	}
 	var se *msqlite.Error
 	if errors.As(err, &se) {
 		switch se.Code() {
@@ -166,12 +170,16 @@ func (tx *wtx) updateRun(si *sessInfo, runID string, u store.RunUpdate) (*store.
 	if err != nil {
 		return nil, err
 	}
+	tx.runWritten(si, rec)
 	return rec, nil
 }
 
 // getRun and getRunByClientID read a run of the session through the
 // writer's connection.
 func (tx *wtx) getRun(si *sessInfo, runID string) (*store.RunRecord, error) {
+	if rec, ok, err := tx.cachedRun(si, runID); err != nil || ok {
+		return rec, err
+	}
 	return tx.scanOneRun(`WHERE r.id = ? AND r.session_pk = ?`, runID, si.pk)
 }
 
@@ -194,6 +202,14 @@ func (tx *wtx) scanOneRun(where string, args ...any) (*store.RunRecord, error) {
 // order, for Tx.Runs. One statement per number of statuses is prepared,
 // and there are only a handful of statuses.
 func (tx *wtx) runs(si *sessInfo, statuses []rein.RunStatus) ([]*store.RunRecord, error) {
+	if out, ok, err := tx.cachedRuns(si, statuses); err != nil || ok {
+		return out, err
+	}
+	return tx.runsFromDB(si, statuses)
+}
+
+// runsFromDB is runs read from the database.
+func (tx *wtx) runsFromDB(si *sessInfo, statuses []rein.RunStatus) ([]*store.RunRecord, error) {
 	args := []any{si.pk}
 	filter := ""
 	if len(statuses) > 0 {

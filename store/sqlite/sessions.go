@@ -60,7 +60,7 @@ func (s *Store) CreateSession(ctx context.Context, in *store.Session) error {
 		if err != nil {
 			return err
 		}
-		tx.s.cache[key] = &sessInfo{pk: pk, histLen: 0}
+		tx.s.cache[key] = &sessInfo{pk: pk, histLen: 0, leaseKnown: true, activeKnown: true}
 		// The record as GetSession would read it back, for the tails.
 		stored := &store.Session{Owner: in.Owner, ID: in.ID, ParentID: in.ParentID, Metadata: append(json.RawMessage(nil), meta...),
 			Agent: in.Agent, CreatedAt: createdAt}

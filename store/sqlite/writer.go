@@ -100,6 +100,17 @@ type sessInfo struct {
 	lastSeq int64
 	// lease is the current lease's token, 0 when no lease is held.
 	lease int64
+	// leaseRec is the current lease, nil when none; known says whether
+	// leaseRec is loaded (an entry made for a one-off read is not). A
+	// record is never changed in place, only replaced, so a saved copy of
+	// the entry (touch) restores it.
+	leaseRec   *store.Lease
+	leaseKnown bool
+	// active are the session's runs not yet ended, in queue order, once
+	// activeKnown (runcache.go); like leaseRec, replaced and never changed
+	// in place.
+	active      []*store.RunRecord
+	activeKnown bool
 	// histLen is the number of history messages, -1 until first needed.
 	histLen int64
 }
@@ -253,15 +264,24 @@ func (tx *wtx) session(key rein.SessionKey) (*sessInfo, error) {
 	if si := tx.s.cache[key]; si != nil {
 		return si, nil
 	}
-	si := &sessInfo{histLen: -1}
-	err := tx.queryRow(`SELECT s.pk, coalesce((SELECT max(seq) FROM events WHERE session_pk = s.pk), 0), coalesce(l.token, 0)
+	si := &sessInfo{histLen: -1, leaseKnown: true}
+	var (
+		runID, holder sql.NullString
+		expires       sql.NullInt64
+	)
+	err := tx.queryRow(`SELECT s.pk, coalesce((SELECT max(seq) FROM events WHERE session_pk = s.pk), 0), coalesce(l.token, 0),
+			l.run_id, l.holder, l.expires_at
 		FROM sessions s LEFT JOIN leases l ON l.session_pk = s.pk
-		WHERE s.owner = ? AND s.id = ?`, key.Owner, key.ID).Scan(&si.pk, &si.lastSeq, &si.lease)
+		WHERE s.owner = ? AND s.id = ?`, key.Owner, key.ID).Scan(&si.pk, &si.lastSeq, &si.lease, &runID, &holder, &expires)
 	if errors.Is(err, sql.ErrNoRows) {
 		return nil, notFound("session")
 	}
 	if err != nil {
 		return nil, err
+	}
+	if si.lease != 0 {
+		si.leaseRec = &store.Lease{Owner: key.Owner, SessionID: key.ID, RunID: runID.String, Holder: holder.String,
+			Token: si.lease, ExpiresAt: time.UnixMicro(expires.Int64).UTC()}
 	}
 	if len(tx.s.cache) >= maxCache {
 		clear(tx.s.cache)
