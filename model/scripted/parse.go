@@ -234,6 +234,9 @@ func (p *parser) step(n *yaml.Node, path string) (step, error) {
 		if st.text, err = p.template(v, path+".text", src); err != nil {
 			return st, err
 		}
+		if plainText(st.text, src) {
+			st.literal = &src
+		}
 	}
 	if v, ok := fields["chunks"]; ok {
 		var c int
@@ -381,6 +384,23 @@ func (p *parser) template(n *yaml.Node, path, src string) (*template.Template, e
 		return nil, p.errorf(n, path, "invalid template: %v", err)
 	}
 	return t, nil
+}
+
+// plainText reports whether t, parsed from src, is src's text alone: no
+// actions, and nothing the parser left out (a comment).
+func plainText(t *template.Template, src string) bool {
+	if t.Tree == nil || t.Tree.Root == nil {
+		return false
+	}
+	var text strings.Builder
+	for _, n := range t.Tree.Root.Nodes {
+		tn, ok := n.(*parse.TextNode)
+		if !ok {
+			return false
+		}
+		text.Write(tn.Text)
+	}
+	return text.String() == src
 }
 
 // checkFields rejects field names the template data does not have at load

@@ -94,8 +94,12 @@ type rule struct {
 }
 
 type step struct {
-	path       string // e.g. rules[0].steps[1], for runtime errors
-	text       *template.Template
+	path string // e.g. rules[0].steps[1], for runtime errors
+	text *template.Template
+	// literal is text's output when the template has no actions (plain
+	// text): a reply written as it is, without executing the template,
+	// whose walk cost as much as the rest of a load test's model request.
+	literal    *string
 	chunks     int
 	chunkDelay time.Duration
 	toolCalls  []toolCall
@@ -204,7 +208,9 @@ func (m *Model) Stream(ctx context.Context, req *model.Request) (model.Stream, e
 	data := newTemplateData(req, stepNo)
 
 	reply := ""
-	if st.text != nil {
+	if st.literal != nil {
+		reply = *st.literal
+	} else if st.text != nil {
 		text, _ := m.bufs.Get().(*bytes.Buffer)
 		if text == nil {
 			text = new(bytes.Buffer)

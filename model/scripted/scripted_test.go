@@ -594,3 +594,22 @@ func mustParseB(b *testing.B, src string) *Model {
 	}
 	return m
 }
+
+// Text without template actions is written as it is — and stays the same
+// whether or not the template is executed; text with actions is still
+// rendered.
+func TestPlainTextIsWrittenAsItIs(t *testing.T) {
+	for _, c := range []struct{ text, want string }{
+		{`token } { déjà vu ✓ <b> & "q" \n`, `token } { déjà vu ✓ <b> & "q" \n`},
+		{`{{"lit"}} and {{.Input}}`, `lit and hi`},
+		{`{{/* a comment */}}after`, `after`},
+	} {
+		m := mustParse(t, "rules:\n  - steps:\n      - text: '"+strings.ReplaceAll(c.text, "'", "''")+"'\n        chunks: 3\n")
+		if got := collect(t, m, &model.Request{Input: "hi", Messages: []rein.Message{{Role: rein.RoleUser, Text: "hi"}}}).text(); got != c.want {
+			t.Errorf("text %q streams %q, want %q", c.text, got, c.want)
+		}
+		if plain := m.rules[0].steps[0].literal != nil; plain != (c.text == c.want) {
+			t.Errorf("text %q: written as it is %v", c.text, plain)
+		}
+	}
+}
