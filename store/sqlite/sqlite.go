@@ -164,6 +164,13 @@ func dsn(file string, reader bool, busy time.Duration) string {
 		// The writer touches the tail of every active session's log; keep
 		// those pages cached (16 MiB).
 		q.Add("_pragma", "cache_size(-16384)")
+		// The journals that undo one operation of a batch (its savepoint)
+		// or one statement are needed only until the batch commits, never
+		// after a crash: held in memory instead of a temporary file. Under
+		// load a batch outgrew SQLite's in-memory spill threshold, and
+		// every journaled page then cost two write system calls (its
+		// number and its content) — 4% of the server's CPU.
+		q.Add("_pragma", "temp_store(MEMORY)")
 	}
 	u.RawQuery = q.Encode()
 	// url.URL renders file:///abs/path, which SQLite's URI parser accepts.
