@@ -356,6 +356,10 @@ type stream struct {
 	// is closed with it, to end a pause at once.
 	done   atomic.Bool
 	closed chan struct{}
+	// pause is the timer of the pauses, made by the first and reset for
+	// each after it (Recv's alone: a new timer per chunk was a third of a
+	// streamed chunk's cost in the model).
+	pause *time.Timer
 }
 
 func (s *stream) Recv() (model.Chunk, error) {
@@ -373,16 +377,23 @@ func (s *stream) Recv() (model.Chunk, error) {
 	}
 	c := s.chunks[s.next]
 	if c.Kind == model.ChunkText && s.delay > 0 {
-		t := time.NewTimer(s.delay)
-		defer t.Stop()
+		if s.pause == nil {
+			s.pause = time.NewTimer(s.delay)
+		} else {
+			// Stopped or fired: a reset timer delivers only its new
+			// expiry (Go's timers since 1.23).
+			s.pause.Reset(s.delay)
+		}
 		if s.onPause != nil {
 			s.onPause()
 		}
 		select {
-		case <-t.C:
+		case <-s.pause.C:
 		case <-s.ctx.Done():
+			s.pause.Stop()
 			return model.Chunk{}, ctxError(s.ctx)
 		case <-s.closed:
+			s.pause.Stop()
 			return model.Chunk{}, errClosed
 		}
 	}

@@ -91,6 +91,10 @@ func errLeaseLost() error {
 // isCode reports whether err is a SQLite error with one of the primary
 // result codes.
 func isCode(err error, codes ...int) bool {
+	if err == nil {
+		// Asked of every operation's result: no allocation for success.
+		return false
+	}
 	var se *msqlite.Error
 	if !errors.As(err, &se) {
 		return false
