@@ -27,7 +27,7 @@ func (s *Store) AppendHistory(ctx context.Context, key rein.SessionKey, fence st
 		if err != nil {
 			return err
 		}
-		return tx.appendHistory(si, encoded)
+		return tx.appendHistory(key, si, encoded)
 	})
 }
 
@@ -45,7 +45,7 @@ func encodeHistory(msgs []rein.Message) ([]string, error) {
 
 // appendHistory is the one implementation of a history append, for
 // AppendHistory and Tx.AppendHistory.
-func (tx *wtx) appendHistory(si *sessInfo, encoded []string) error {
+func (tx *wtx) appendHistory(key rein.SessionKey, si *sessInfo, encoded []string) error {
 	if len(encoded) == 0 {
 		return nil
 	}
@@ -62,6 +62,7 @@ func (tx *wtx) appendHistory(si *sessInfo, encoded []string) error {
 	}
 	tx.touch(si)
 	si.histLen = n + int64(len(encoded))
+	tx.op.history = append(tx.op.history, histRec{key, encoded})
 	return nil
 }
 
@@ -83,16 +84,35 @@ const qHistoryByKey = `SELECT h.message FROM sessions s LEFT JOIN history h ON h
 
 // LoadHistory implements store.History.
 func (s *Store) LoadHistory(ctx context.Context, key rein.SessionKey) ([]rein.Message, error) {
+	if encoded, ok := s.tails.history(key); ok {
+		if err := s.usable(ctx); err != nil {
+			return nil, err
+		}
+		out := make([]rein.Message, 0, len(encoded))
+		for _, e := range encoded {
+			m, err := histcodec.Decode([]byte(e))
+			if err != nil {
+				return nil, dbErr(rein.CodeInternal, s.file, err, "sqlite: history message %d of %s is unreadable", len(out), key)
+			}
+			out = append(out, m)
+		}
+		return out, nil
+	}
+	gen := s.tails.factsGen()
 	rows, err := s.rq.QueryContext(ctx, qHistoryByKey, key.Owner, key.ID)
 	if err != nil {
 		return nil, s.fail("loading history", err)
 	}
-	out, found, err := s.scanHistoryOf(key, rows)
+	var raw []string
+	out, found, err := s.scanHistoryRaw(key, rows, &raw)
 	if err != nil {
 		return nil, s.fail("loading history", err)
 	}
 	if !found {
 		return nil, notFound("session")
+	}
+	if raw != nil {
+		s.tails.historyRead(gen, key, raw)
 	}
 	return out, nil
 }
@@ -101,8 +121,19 @@ func (s *Store) LoadHistory(ctx context.Context, key rein.SessionKey) ([]rein.Me
 // there was a row at all (the session exists); a row without a message
 // is the empty transcript's.
 func (s *Store) scanHistoryOf(key rein.SessionKey, rows *sql.Rows) (out []rein.Message, found bool, err error) {
+	return s.scanHistoryRaw(key, rows, nil)
+}
+
+// scanHistoryRaw is scanHistoryOf that also keeps the encoded messages in
+// *raw (raw nil: not kept), as long as they fit what a tail keeps of a
+// history (*raw nil again when they do not).
+func (s *Store) scanHistoryRaw(key rein.SessionKey, rows *sql.Rows, raw *[]string) (out []rein.Message, found bool, err error) {
 	defer rows.Close()
 	out = []rein.Message{}
+	size := 0
+	if raw != nil {
+		*raw = []string{}
+	}
 	for rows.Next() {
 		found = true
 		var b []byte
@@ -111,6 +142,13 @@ func (s *Store) scanHistoryOf(key rein.SessionKey, rows *sql.Rows) (out []rein.M
 		}
 		if b == nil {
 			continue
+		}
+		if raw != nil && *raw != nil {
+			if size += len(b); size > histFactBytes {
+				*raw = nil
+			} else {
+				*raw = append(*raw, string(b))
+			}
 		}
 		m, err := histcodec.Decode(b)
 		if err != nil {

@@ -8,9 +8,10 @@ import (
 	"github.com/reinhq/rein/store"
 )
 
-// Besides the events, a log tail knows two facts of its session that a run
-// reads again and again: the session's record (read at the start of every
-// run) and how many supplements wait in its inbox (asked twice a step).
+// Besides the events, a log tail knows three facts of its session that a
+// run reads again and again: the session's record and its history (read at
+// the start of every run; a history only while it is short) and how many
+// supplements wait in its inbox (asked twice a step).
 // Under load the two reads were a fifteenth of the server's CPU, each a
 // statement on a read connection for an answer the writer already knew.
 // The same reasoning as for the events holds: the store is the file's only
@@ -18,7 +19,7 @@ import (
 // by the write that makes it (a session's creation: its record and an
 // empty inbox) or by a read of the database that no commit raced (tails.gen
 // unchanged), kept up to date by the writes that change it (a push, a
-// consumption) and forgotten by any it cannot follow (a new system prompt,
+// consumption, an append to the history) and forgotten by any it cannot follow (a new system prompt,
 // a failed batch, a deleted session, the tail let go).
 
 // sessionFactBase is what a kept record counts against tailsBytes beyond
@@ -132,4 +133,62 @@ func cloneSession(in *store.Session) *store.Session {
 		out.Subagent = &d
 	}
 	return &out
+}
+
+// histFactBytes is the longest history (encoded) a tail keeps: a run reads
+// its session's history once, so a long one is read from the database
+// rather than held by every tail.
+const histFactBytes = 16 << 10
+
+// history is key's history as stored (encoded), if a tail knows it.
+func (t *tails) history(key rein.SessionKey) ([]string, bool) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if tl := t.m[key]; tl != nil && tl.histKnown {
+		return slices.Clone(tl.hist), true
+	}
+	return nil, false
+}
+
+// historyRead keeps a history just read from the database, unless a
+// change was committed since gen.
+func (t *tails) historyRead(gen uint64, key rein.SessionKey, encoded []string) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if tl := t.m[key]; tl != nil && !tl.histKnown && t.gen == gen {
+		tl.histKnown = true
+		t.addHistoryLocked(tl, encoded)
+	}
+}
+
+// historyAppended follows a committed append to key's history.
+func (t *tails) historyAppended(key rein.SessionKey, encoded []string) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	t.gen++
+	if tl := t.m[key]; tl != nil && tl.histKnown {
+		t.addHistoryLocked(tl, encoded)
+	}
+}
+
+// addHistoryLocked appends to a known history, or forgets it once it is
+// longer than a tail keeps.
+func (t *tails) addHistoryLocked(tl *tail, encoded []string) {
+	n := 0
+	for _, e := range encoded {
+		n += len(e)
+	}
+	if tl.histBytes+n > histFactBytes {
+		tl.bytes -= tl.histBytes
+		t.bytes -= tl.histBytes
+		tl.hist, tl.histBytes, tl.histKnown = nil, 0, false
+		return
+	}
+	tl.hist = append(tl.hist, encoded...)
+	tl.histBytes += n
+	tl.bytes += n
+	t.bytes += n
+	for t.bytes > tailsBytes && t.lru.Len() > 1 {
+		t.dropLocked(t.lru.Back().Value.(*tail))
+	}
 }

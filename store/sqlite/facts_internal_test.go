@@ -4,6 +4,7 @@ import (
 	"errors"
 	"path/filepath"
 	"reflect"
+	"strings"
 	"testing"
 
 	"github.com/reinhq/rein"
@@ -29,6 +30,19 @@ func dbPending(t *testing.T, s *Store, key rein.SessionKey) int {
 	return n
 }
 
+func dbHistory(t *testing.T, s *Store, key rein.SessionKey) []rein.Message {
+	t.Helper()
+	rows, err := s.rq.QueryContext(t.Context(), qHistoryByKey, key.Owner, key.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	out, _, err := s.scanHistoryOf(key, rows)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return out
+}
+
 // agree checks that what the store answers (from a tail when it knows)
 // is what the database holds, and whether the tail knew it.
 func agree(t *testing.T, s *Store, key rein.SessionKey, wantKnown bool, when string) {
@@ -37,6 +51,13 @@ func agree(t *testing.T, s *Store, key rein.SessionKey, wantKnown bool, when str
 	_, pendKnown := s.tails.pending(key)
 	if sessKnown != wantKnown || pendKnown != wantKnown {
 		t.Fatalf("%s: the tail knows the record %v and the inbox %v, want %v", when, sessKnown, pendKnown, wantKnown)
+	}
+	hist, err := s.LoadHistory(t.Context(), key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := dbHistory(t, s, key); !reflect.DeepEqual(hist, want) {
+		t.Fatalf("%s: LoadHistory = %+v, the database holds %+v", when, hist, want)
 	}
 	got, err := s.GetSession(t.Context(), key)
 	if err != nil {
@@ -123,6 +144,43 @@ func TestFactsFollowWrites(t *testing.T) {
 		t.Fatalf("pending = %d, want 0", n)
 	}
 
+	// History appends, alone and in Updates; a failed one changes nothing;
+	// one that makes the history longer than a tail keeps makes it read
+	// from the database again.
+	user := func(text string) rein.Message { return rein.Message{Role: rein.RoleUser, Text: text} }
+	if err := s.AppendHistory(t.Context(), key, store.Fence{}, []rein.Message{user("one"), user("two")}); err != nil {
+		t.Fatal(err)
+	}
+	agree(t, s, key, true, "after AppendHistory")
+	if _, ok := s.tails.history(key); !ok {
+		t.Fatal("the tail forgot a short history")
+	}
+	if err := s.Update(t.Context(), key, store.Fence{}, func(tx store.Tx) error { return tx.AppendHistory(user("three")) }); err != nil {
+		t.Fatal(err)
+	}
+	agree(t, s, key, true, "after AppendHistory in an Update")
+	if err := s.Update(t.Context(), key, store.Fence{}, func(tx store.Tx) error {
+		if err := tx.AppendHistory(user("lost")); err != nil {
+			return err
+		}
+		return boom
+	}); !errors.Is(err, boom) {
+		t.Fatalf("Update = %v, want boom", err)
+	}
+	agree(t, s, key, true, "after a failed Update that appended history")
+	if err := s.AppendHistory(t.Context(), key, store.Fence{}, []rein.Message{user(strings.Repeat("x", histFactBytes))}); err != nil {
+		t.Fatal(err)
+	}
+	if _, ok := s.tails.history(key); ok {
+		t.Fatal("the tail kept a history longer than it keeps")
+	}
+	if hist, err := s.LoadHistory(t.Context(), key); err != nil || len(hist) != 4 {
+		t.Fatalf("a long history: %d messages, %v", len(hist), err)
+	}
+	if _, ok := s.tails.history(key); ok {
+		t.Fatal("a read kept a history longer than a tail keeps")
+	}
+
 	// A new system prompt: the record is read again, then known again.
 	other := "be thorough"
 	if err := s.SetSystem(t.Context(), key, &other); err != nil {
@@ -172,6 +230,20 @@ func TestFactsReadRacingACommitIsNotKept(t *testing.T) {
 	if n, err := s.PendingSupplements(t.Context(), key); err != nil || n != 1 {
 		t.Fatalf("PendingSupplements = %d, %v: a count that raced a push was kept", n, err)
 	}
+	// A history read before an append.
+	s.tails.mu.Lock()
+	tl := s.tails.m[key]
+	tl.bytes, s.tails.bytes = tl.bytes-tl.histBytes, s.tails.bytes-tl.histBytes
+	tl.hist, tl.histBytes, tl.histKnown = nil, 0, false
+	s.tails.mu.Unlock()
+	gen = s.tails.factsGen()
+	if err := s.AppendHistory(t.Context(), key, store.Fence{}, []rein.Message{{Role: rein.RoleUser, Text: "new"}}); err != nil {
+		t.Fatal(err)
+	}
+	s.tails.historyRead(gen, key, []string{}) // a history from before the append
+	if hist, err := s.LoadHistory(t.Context(), key); err != nil || len(hist) != 1 {
+		t.Fatalf("LoadHistory = %d messages, %v: a read that raced an append was kept", len(hist), err)
+	}
 	agree(t, s, key, true, "after the racing reads")
 }
 
@@ -201,9 +273,14 @@ func TestFactsAfterReopen(t *testing.T) {
 	agree(t, s, key, false, "the first reads after a restart")
 	_, sessKnown := s.tails.session(key)
 	_, pendKnown := s.tails.pending(key)
-	if !sessKnown || !pendKnown {
-		t.Fatalf("after reads with no commit between, the tail knows the record %v and the inbox %v", sessKnown, pendKnown)
+	_, histKnown := s.tails.history(key)
+	if !sessKnown || !pendKnown || !histKnown {
+		t.Fatalf("after reads with no commit between, the tail knows the record %v, the inbox %v, the history %v", sessKnown, pendKnown, histKnown)
 	}
+	if err := s.AppendHistory(t.Context(), key, store.Fence{}, []rein.Message{{Role: rein.RoleUser, Text: "later"}}); err != nil {
+		t.Fatal(err)
+	}
+	agree(t, s, key, true, "after a history append")
 	if _, _, err := s.PushSupplement(t.Context(), &store.Supplement{Owner: "o", SessionID: "ses_o", Text: "t2"}); err != nil {
 		t.Fatal(err)
 	}

@@ -64,6 +64,11 @@ type tail struct {
 	sess      *store.Session
 	sessBytes int
 	pending   int
+	// hist is the session's whole history as stored (encoded), while
+	// histKnown and no longer than histFactBytes.
+	hist      []string
+	histBytes int
+	histKnown bool
 }
 
 // tailBase is what a tail counts against tailsBytes before any event: an
@@ -148,7 +153,7 @@ func (t *tails) created(sess *store.Session) {
 		return
 	}
 	tl := t.newLocked(key, 0)
-	tl.pending = 0
+	tl.pending, tl.histKnown = 0, true
 	t.setSessionLocked(tl, sess)
 	for t.bytes > tailsBytes && t.lru.Len() > 1 {
 		t.dropLocked(t.lru.Back().Value.(*tail))

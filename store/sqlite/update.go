@@ -243,7 +243,7 @@ func (t *sqlTx) AppendHistory(msgs ...rein.Message) error {
 	if err != nil {
 		return err
 	}
-	return t.end("appending history", t.w.appendHistory(t.si, encoded))
+	return t.end("appending history", t.w.appendHistory(t.key, t.si, encoded))
 }
 
 // AppendEvents implements store.Tx. The writer wakes waiters only after

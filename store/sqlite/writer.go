@@ -52,6 +52,7 @@ type op struct {
 	// keep of them (facts.go) follow once committed.
 	restated []rein.SessionKey
 	inbox    []inboxRec
+	history  []histRec
 	// state is opPending until the writer takes the operation (opTaken)
 	// or its caller gives up first (opAbandoned). A caller that finds it
 	// taken waits for the answer: an operation's function (an Update's fn,
@@ -75,6 +76,13 @@ type wtx struct {
 	// saved holds every cache entry this operation changed, as it was
 	// before the change (see touch).
 	saved []savedInfo
+}
+
+// histRec is an append to a session's history by an operation: the
+// messages as stored.
+type histRec struct {
+	key     rein.SessionKey
+	encoded []string
 }
 
 // inboxRec is a change of a session's queued supplements by an operation.
@@ -531,6 +539,9 @@ func (s *Store) answer(live []*op, results []error) {
 			}
 			for _, r := range o.inbox {
 				s.tails.inboxChanged(r.key, r.delta)
+			}
+			for _, r := range o.history {
+				s.tails.historyAppended(r.key, r.encoded)
 			}
 			for _, key := range o.wakes {
 				s.waiters.publish(key)
