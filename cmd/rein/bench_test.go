@@ -3,6 +3,7 @@ package main
 import (
 	"os"
 	"path/filepath"
+	"runtime/debug"
 	"strings"
 	"testing"
 
@@ -57,5 +58,40 @@ func TestBenchCommand(t *testing.T) {
 	code, _, errs = run(t, "", nil, "bench", "--stop-mode", "sideways")
 	if code != exitUsage || !strings.Contains(errs, "--stop-mode") {
 		t.Errorf("rein bench --stop-mode sideways: exit %d, stderr %q", code, errs)
+	}
+}
+
+// TestBenchAgainstAServerCollectsLess: against a server of its own, rein
+// bench's collector runs at GOGC=400 unless the environment sets GOGC; the
+// in-process server's process keeps the default (its figures are rein
+// serve's).
+func TestBenchAgainstAServerCollectsLess(t *testing.T) {
+	prev := debug.SetGCPercent(100)
+	defer debug.SetGCPercent(prev)
+	s := startServe(t, nil, "--addr", "127.0.0.1:0", "--store", "memory:", "--model", "scripted:testdata/client-script.yaml")
+	args := []string{"bench", "--url", s.url, "--sessions", "2", "--messages", "1", "--chunks", "2", "--chunk-delay", "1ms", "--idle-streams", "-1"}
+	for _, c := range []struct {
+		env  map[string]string
+		want int
+	}{
+		{nil, 400},
+		{map[string]string{"GOGC": "150"}, 100},
+	} {
+		debug.SetGCPercent(100)
+		if code, out, errs := run(t, "", c.env, args...); code != 0 {
+			t.Fatalf("rein bench --url: exit %d\nstdout:\n%s\nstderr:\n%s", code, out, errs)
+		}
+		if got := debug.SetGCPercent(100); got != c.want {
+			t.Errorf("env %v: GC percent %d after rein bench --url, want %d", c.env, got, c.want)
+		}
+	}
+	dir := t.TempDir()
+	debug.SetGCPercent(100)
+	if code, out, errs := run(t, "", nil, "bench", "--sessions", "2", "--messages", "1", "--chunks", "2", "--chunk-delay", "1ms",
+		"--idle-streams", "-1", "--store", "sqlite:"+filepath.Join(dir, "b.db")); code != 0 {
+		t.Fatalf("rein bench: exit %d\nstdout:\n%s\nstderr:\n%s", code, out, errs)
+	}
+	if got := debug.SetGCPercent(100); got != 100 {
+		t.Errorf("GC percent %d after rein bench with a server in its process, want 100 (unchanged)", got)
 	}
 }
