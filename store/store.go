@@ -16,8 +16,10 @@
 package store
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
+	"slices"
 	"time"
 
 	"github.com/reinhq/rein"
@@ -74,6 +76,23 @@ type Session struct {
 
 // Key returns the session's key.
 func (s *Session) Key() rein.SessionKey { return rein.SessionKey{Owner: s.Owner, ID: s.ID} }
+
+// Clone is a deep copy of s: stores hand out and keep records a caller may
+// change.
+func (s *Session) Clone() *Session {
+	out := *s
+	out.Metadata = bytes.Clone(s.Metadata)
+	if s.System != nil {
+		sys := *s.System
+		out.System = &sys
+	}
+	if s.Subagent != nil {
+		d := *s.Subagent
+		d.ToolFilter = slices.Clone(s.Subagent.ToolFilter)
+		out.Subagent = &d
+	}
+	return &out
+}
 
 // SubagentDescriptor is what a continuable subagent child needs to be
 // resumed from storage (docs/api.md).

@@ -2,7 +2,6 @@ package memory
 
 import (
 	"bytes"
-	"slices"
 
 	"github.com/reinhq/rein"
 	"github.com/reinhq/rein/store"
@@ -18,20 +17,6 @@ func cloneBytes(b []byte) []byte {
 	return bytes.Clone(b)
 }
 
-func cloneSession(in *store.Session) *store.Session {
-	out := *in
-	out.Metadata = cloneBytes(in.Metadata)
-	if in.System != nil {
-		sys := *in.System
-		out.System = &sys
-	}
-	if in.Subagent != nil {
-		d := *in.Subagent
-		d.ToolFilter = slices.Clone(in.Subagent.ToolFilter)
-		out.Subagent = &d
-	}
-	return &out
-}
 
 func cloneMessage(m rein.Message) rein.Message {
 	if m.ToolCalls != nil {

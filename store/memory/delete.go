@@ -42,7 +42,7 @@ func (s *Store) DeleteSession(ctx context.Context, key rein.SessionKey, check fu
 		if len(n.ss.events) > 0 {
 			last = n.ss.events[len(n.ss.events)-1].CreatedAt
 		}
-		tree[i] = &store.TreeSession{Session: cloneSession(&n.ss.rec), Active: active, Lease: lease, LastActivity: last}
+		tree[i] = &store.TreeSession{Session: n.ss.rec.Clone(), Active: active, Lease: lease, LastActivity: last}
 	}
 	if check != nil {
 		if err := check(now, tree); err != nil {

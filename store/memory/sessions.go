@@ -33,7 +33,7 @@ func (s *Store) CreateSession(ctx context.Context, in *store.Session) error {
 			return notFound("parent session")
 		}
 	}
-	rec := cloneSession(in)
+	rec := in.Clone()
 	rec.Metadata = meta
 	rec.CreatedAt = norm(in.CreatedAt)
 	if rec.CreatedAt.IsZero() {
@@ -63,7 +63,7 @@ func (s *Store) GetSession(ctx context.Context, key rein.SessionKey) (*store.Ses
 	if err != nil {
 		return nil, err
 	}
-	return cloneSession(&ss.rec), nil
+	return ss.rec.Clone(), nil
 }
 
 // ListSessions implements store.Sessions.
@@ -75,7 +75,7 @@ func (s *Store) ListSessions(ctx context.Context, owner string) ([]*store.Sessio
 	out := []*store.Session{}
 	for key, ss := range s.sessions {
 		if key.Owner == owner {
-			out = append(out, cloneSession(&ss.rec))
+			out = append(out, ss.rec.Clone())
 		}
 	}
 	slices.SortFunc(out, func(a, b *store.Session) int {
@@ -123,7 +123,7 @@ func (s *Store) ListChildren(ctx context.Context, key rein.SessionKey) ([]*store
 	})
 	out := make([]*store.Session, 0, len(kids))
 	for _, k := range kids {
-		out = append(out, cloneSession(&k.rec))
+		out = append(out, k.rec.Clone())
 	}
 	return out, nil
 }

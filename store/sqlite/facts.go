@@ -1,7 +1,6 @@
 package sqlite
 
 import (
-	"bytes"
 	"slices"
 
 	"github.com/reinhq/rein"
@@ -38,7 +37,7 @@ func (t *tails) session(key rein.SessionKey) (*store.Session, bool) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	if tl := t.m[key]; tl != nil && tl.sess != nil {
-		return cloneSession(tl.sess), true
+		return tl.sess.Clone(), true
 	}
 	return nil, false
 }
@@ -49,7 +48,7 @@ func (t *tails) sessionRead(gen uint64, sess *store.Session) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	if tl := t.m[sess.Key()]; tl != nil && tl.sess == nil && t.gen == gen {
-		t.setSessionLocked(tl, cloneSession(sess))
+		t.setSessionLocked(tl, sess.Clone())
 	}
 }
 
@@ -117,22 +116,6 @@ func (t *tails) inboxChanged(key rein.SessionKey, delta int) {
 			tl.pending = -1
 		}
 	}
-}
-
-// cloneSession is a deep copy: a caller may change what it is given.
-func cloneSession(in *store.Session) *store.Session {
-	out := *in
-	out.Metadata = bytes.Clone(in.Metadata)
-	if in.System != nil {
-		sys := *in.System
-		out.System = &sys
-	}
-	if in.Subagent != nil {
-		d := *in.Subagent
-		d.ToolFilter = slices.Clone(in.Subagent.ToolFilter)
-		out.Subagent = &d
-	}
-	return &out
 }
 
 // histFactBytes is the longest history (encoded) a tail keeps: a run reads

@@ -20,6 +20,26 @@ func tailSession(t *testing.T, s *Store, id string) rein.SessionKey {
 	return sess.Key()
 }
 
+// failedBatch runs fn as an operation of a batch that then fails as a
+// whole — the next operation ends the batch's transaction under the
+// writer's feet — and returns fn's operation's error.
+func failedBatch(t *testing.T, s *Store, fn func(tx *wtx) error) error {
+	t.Helper()
+	release, held := holdWriter(t, s)
+	done := enqueue(s, false, fn)
+	breaking := enqueue(s, false, func(tx *wtx) error {
+		_, err := tx.s.wconn.ExecContext(t.Context(), "ROLLBACK")
+		return err
+	})
+	release()
+	if err := <-held; err != nil {
+		t.Fatal(err)
+	}
+	err := <-done
+	<-breaking
+	return err
+}
+
 func deltas(n int, text string) []rein.Event {
 	evs := make([]rein.Event, n)
 	for i := range evs {
@@ -212,8 +232,7 @@ func TestTailHoldsOnlyCommittedEvents(t *testing.T) {
 		t.Fatalf("after a failed Update: %d events, last %d, %v", len(evs), last, err)
 	}
 	// A whole batch fails: nothing the writer believed is kept.
-	release, held := holdWriter(t, s)
-	appended := enqueue(s, false, func(tx *wtx) error {
+	err = failedBatch(t, s, func(tx *wtx) error {
 		si, err := tx.fenced(key, store.Fence{})
 		if err != nil {
 			return err
@@ -224,20 +243,9 @@ func TestTailHoldsOnlyCommittedEvents(t *testing.T) {
 		}
 		return tx.appendEvents(key, si, out)
 	})
-	breaking := enqueue(s, false, func(tx *wtx) error {
-		// Ends the batch's transaction under the writer's feet: what
-		// follows in the batch fails, and the batch with it.
-		_, err := tx.s.wconn.ExecContext(t.Context(), "ROLLBACK")
-		return err
-	})
-	release()
-	if err := <-held; err != nil {
-		t.Fatal(err)
-	}
-	if err := <-appended; err == nil {
+	if err == nil {
 		t.Fatal("the append of a failed batch succeeded")
 	}
-	<-breaking
 	if _, ok := s.tails.lastSeq(key); ok {
 		t.Fatal("a tail survived a failed batch")
 	}
