@@ -17,7 +17,6 @@ func cloneBytes(b []byte) []byte {
 	return bytes.Clone(b)
 }
 
-
 func cloneMessage(m rein.Message) rein.Message {
 	if m.ToolCalls != nil {
 		calls := make([]rein.ToolCall, len(m.ToolCalls))
