@@ -767,3 +767,67 @@ func TestPostgres(t *testing.T) {
 		t.Errorf("target %+v, idle streams %+v", rep.Target, rep.IdleStreams)
 	}
 }
+
+// A stop that comes after its run ended is answered accepted: false and
+// logged after the run's session.run_completed, naming the run: that
+// event is the request's record, and the run still verifies. Any other
+// event after the end, an accepted stop's included, is a fault.
+func TestVerifyLateStop(t *testing.T) {
+	at := time.Now()
+	event := func(typ rein.EventType, p any) rein.Event {
+		e := rein.NewEvent(typ, "run_1", p)
+		e.CreatedAt = at
+		return e
+	}
+	rid := "run_1"
+	o := DefaultOptions()
+	r := &runner{o: o, t: &target{}, errs: newErrorLog()}
+	base := []rein.Event{
+		event(rein.EventRunStarted, rein.RunStartedPayload{RunID: rid}),
+		event(rein.EventMessageDelta, rein.MessageDeltaPayload{RunID: rid, Step: 1, Text: "hi"}),
+		event(rein.EventMessage, rein.MessagePayload{RunID: rid, Text: "hi", Reason: rein.ReasonStop}),
+		event(rein.EventRunCompleted, rein.RunCompletedPayload{RunID: rid, Status: rein.StatusCompleted, Reason: rein.ReasonStop}),
+	}
+	for _, c := range []struct {
+		name     string
+		after    rein.Event
+		problems int
+	}{
+		{"a late stop", event(rein.EventUserInterrupt, rein.UserInterruptPayload{RunID: &rid, Mode: "cancel", Accepted: false}), 0},
+		{"an accepted stop", event(rein.EventUserInterrupt, rein.UserInterruptPayload{RunID: &rid, Mode: "cancel", Accepted: true}), 1},
+		// A delta there also makes the deltas disagree with the reply.
+		{"a delta", event(rein.EventMessageDelta, rein.MessageDeltaPayload{RunID: rid, Step: 1, Text: "more"}), 2},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			r.errs = newErrorLog()
+			v := verified{outcomes: map[string]int{}}
+			rr := &runResult{id: rid, stop: true, stopLate: true, status: rein.StatusCompleted, reason: rein.ReasonStop}
+			r.verifyRun(&v, &sessionResult{id: "ses_1"}, rr, append(slices.Clone(base), c.after))
+			if v.problems != c.problems {
+				t.Fatalf("%d problems, want %d: %v", v.problems, c.problems, r.errs)
+			}
+		})
+	}
+}
+
+// Runs that end at their one delta are stopped there, so most stops come
+// too late: whichever way each stop went, the report is complete — the
+// late stops' user.interrupt events, logged after their runs' ends, are
+// read off the streams and verified like the rest.
+func TestLateStops(t *testing.T) {
+	o := DefaultOptions()
+	o.Store = "memory:"
+	o.Sessions, o.Messages = 4, 3
+	o.Chunks, o.ChunkDelay = 1, 0
+	o.StopFraction = 1
+	o.IdleStreams = -1
+	rep, err := Run(testContext(t), o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	checkComplete(t, rep)
+	if rep.Runs.Stops != 12 || rep.Runs.StopsAccepted+rep.Runs.StopsLate != 12 {
+		t.Errorf("stops %+v: want 12 sent, each accepted or late", rep.Runs)
+	}
+	t.Logf("%d of 12 stops late", rep.Runs.StopsLate)
+}

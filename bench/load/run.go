@@ -60,6 +60,11 @@ type runResult struct {
 	// stopAccepted: the stop was accepted; stopLate: it was answered
 	// not accepted because the run had already ended.
 	stopAccepted, stopLate bool
+	// stopLogged: the stop's user.interrupt arrived on the stream. A late
+	// stop's is logged after the run's session.run_completed (the request
+	// came after the end); its answer came once it was logged, so it is
+	// on its way, and the run is followed until it arrives.
+	stopLogged bool
 	// t0 is just before the user.message was sent; admitted when its
 	// answer came; the others when the event arrived on the stream.
 	t0, admitted, started, firstDelta, stopSent, completed time.Time
@@ -268,6 +273,11 @@ func (r *runner) runOne(ctx context.Context, sr *sessionResult, rr *runResult, e
 				continue
 			}
 			switch ev.Type {
+			case rein.EventUserInterrupt:
+				rr.stopLogged = true
+				if !rr.completed.IsZero() {
+					return true
+				}
 			case rein.EventRunStarted:
 				if rr.started.IsZero() {
 					rr.started = te.at
@@ -286,7 +296,9 @@ func (r *runner) runOne(ctx context.Context, sr *sessionResult, rr *runResult, e
 					r.errs.add("malformed session.run_completed", err)
 				}
 				rr.status, rr.reason = p.Status, p.Reason
-				return true
+				if !rr.stopLate || rr.stopLogged {
+					return true
+				}
 			}
 		case <-timer.C:
 			r.errs.add("run timeout", fmt.Errorf("run %s of session %s: no session.run_completed within %s", rr.id, sr.id, r.o.RunTimeout))

@@ -139,6 +139,21 @@ func (r *runner) verifySession(ctx context.Context, sr *sessionResult) verified 
 	return v
 }
 
+// lateStops counts the user.interrupt events among evs (those after a
+// run's session.run_completed) that were not accepted: a stop that came
+// after the run's end is logged after it, naming the run, and is the
+// request's record rather than the run's. Anything else there is a fault.
+func lateStops(evs []rein.Event) int {
+	n := 0
+	for _, e := range evs {
+		var p rein.UserInterruptPayload
+		if e.Type == rein.EventUserInterrupt && json.Unmarshal(e.Payload, &p) == nil && !p.Accepted {
+			n++
+		}
+	}
+	return n
+}
+
 func (r *runner) verifyRun(v *verified, sr *sessionResult, rr *runResult, evs []rein.Event) {
 	where := fmt.Sprintf("session %s run %s", sr.id, rr.id)
 	var (
@@ -156,8 +171,8 @@ func (r *runner) verifyRun(v *verified, sr *sessionResult, rr *runResult, evs []
 			started++
 		case rein.EventRunCompleted:
 			completed++
-			if i != len(evs)-1 {
-				r.problem(v, "run_completed not last", "%s: %d events follow its session.run_completed", where, len(evs)-1-i)
+			if after := len(evs) - 1 - i - lateStops(evs[i+1:]); after != 0 {
+				r.problem(v, "run_completed not last", "%s: %d events follow its session.run_completed", where, after)
 			}
 			if err := json.Unmarshal(e.Payload, &end); err != nil {
 				r.problem(v, "malformed event", "%s: session.run_completed: %v", where, err)
