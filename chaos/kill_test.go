@@ -69,15 +69,7 @@ func TestKillMidStream(t *testing.T) {
 			run := runEvents(log, runID)
 			checkCompletedOnce(t, run, runID)
 
-			restarts := all(run, rein.EventStepRestarted)
-			if len(restarts) != 1 {
-				t.Fatalf("want exactly one agent.step_restarted of run %s, got %d\n%s", runID, len(restarts), dump(run))
-			}
-			var sr rein.StepRestartedPayload
-			decode(t, restarts[0], &sr)
-			if sr != (rein.StepRestartedPayload{RunID: runID, Step: 1, Attempt: 2}) {
-				t.Errorf("agent.step_restarted payload = %+v, want run %s step 1 attempt 2", sr, runID)
-			}
+			restart := checkRestartedOnce(t, run, runID, run)
 
 			final := finalMessage(t, run, runID)
 			if final.Text != streamText {
@@ -87,7 +79,7 @@ func TestKillMidStream(t *testing.T) {
 			for _, ev := range deltas(run, runID, 1) {
 				var d rein.MessageDeltaPayload
 				decode(t, ev, &d)
-				if ev.Seq < restarts[0].Seq {
+				if ev.Seq < restart.Seq {
 					before.WriteString(d.Text)
 				} else {
 					after.WriteString(d.Text)
@@ -102,8 +94,8 @@ func TestKillMidStream(t *testing.T) {
 				t.Errorf("the deltas before agent.step_restarted concatenate to %q, want a non-empty prefix of %q", before.String(), streamText)
 			}
 			// Every delta the client read came before the restart.
-			if last := seen[len(seen)-1]; last.Seq >= restarts[0].Seq {
-				t.Errorf("agent.step_restarted (seq %d) is not after the events read before the kill (last seq %d)", restarts[0].Seq, last.Seq)
+			if last := seen[len(seen)-1]; last.Seq >= restart.Seq {
+				t.Errorf("agent.step_restarted (seq %d) is not after the events read before the kill (last seq %d)", restart.Seq, last.Seq)
 			}
 			checkRun(t, p2, sid, runID, rein.StatusCompleted, rein.ReasonStop)
 
@@ -337,6 +329,23 @@ func checkCompletedOnce(t *testing.T, run []rein.Event, runID string) {
 	if rc.RunID != runID || rc.Status != rein.StatusCompleted || rc.Reason != rein.ReasonStop || rc.Error != "" {
 		t.Errorf("session.run_completed = %+v, want run %s COMPLETED/stop", rc, runID)
 	}
+}
+
+// checkRestartedOnce checks that the run has exactly one
+// agent.step_restarted: its step 1 made again, attempt 2, and returns it.
+// context is dumped with a failure.
+func checkRestartedOnce(t *testing.T, run []rein.Event, runID string, context []rein.Event) rein.Event {
+	t.Helper()
+	restarts := all(run, rein.EventStepRestarted)
+	if len(restarts) != 1 {
+		t.Fatalf("want exactly one agent.step_restarted of run %s, got %d\n%s", runID, len(restarts), dump(context))
+	}
+	var sr rein.StepRestartedPayload
+	decode(t, restarts[0], &sr)
+	if sr != (rein.StepRestartedPayload{RunID: runID, Step: 1, Attempt: 2}) {
+		t.Errorf("agent.step_restarted payload = %+v, want run %s step 1 attempt 2\n%s", sr, runID, dump(context))
+	}
+	return restarts[0]
 }
 
 // finalMessage returns the run's one agent.message, which must say stop.

@@ -116,21 +116,13 @@ func TestSubagentSurvivesKill(t *testing.T) {
 			checkKept(t, seen, clog)
 			crun := runEvents(clog, taskID)
 			checkCompletedOnce(t, crun, taskID)
-			restarts := all(crun, rein.EventStepRestarted)
-			if len(restarts) != 1 {
-				t.Fatalf("want exactly one agent.step_restarted of the child's activation %s, got %d\n%s", taskID, len(restarts), dump(clog))
-			}
-			var sr rein.StepRestartedPayload
-			decode(t, restarts[0], &sr)
-			if sr != (rein.StepRestartedPayload{RunID: taskID, Step: 1, Attempt: 2}) {
-				t.Errorf("agent.step_restarted payload = %+v, want run %s step 1 attempt 2\n%s", sr, taskID, dump(clog))
-			}
+			restart := checkRestartedOnce(t, crun, taskID, clog)
 			if got := finalMessage(t, crun, taskID).Text; got != childText {
 				t.Errorf("the child's reply = %q, want %q\n%s", got, childText, dump(clog))
 			}
 			var after strings.Builder
 			for _, ev := range deltas(crun, taskID, 1) {
-				if ev.Seq > restarts[0].Seq {
+				if ev.Seq > restart.Seq {
 					var d rein.MessageDeltaPayload
 					decode(t, ev, &d)
 					after.WriteString(d.Text)

@@ -90,9 +90,9 @@ func (s *Store) LoadHistory(ctx context.Context, key rein.SessionKey) ([]rein.Me
 		}
 		out := make([]rein.Message, 0, len(encoded))
 		for _, e := range encoded {
-			m, err := histcodec.Decode([]byte(e))
+			m, err := s.decodeHistory(key, len(out), []byte(e))
 			if err != nil {
-				return nil, dbErr(rein.CodeInternal, s.file, err, "sqlite: history message %d of %s is unreadable", len(out), key)
+				return nil, err
 			}
 			out = append(out, m)
 		}
@@ -103,8 +103,7 @@ func (s *Store) LoadHistory(ctx context.Context, key rein.SessionKey) ([]rein.Me
 	if err != nil {
 		return nil, s.fail("loading history", err)
 	}
-	var raw []string
-	out, found, err := s.scanHistoryRaw(key, rows, &raw)
+	out, raw, found, err := s.scanHistoryOf(key, rows, true)
 	if err != nil {
 		return nil, s.fail("loading history", err)
 	}
@@ -117,54 +116,58 @@ func (s *Store) LoadHistory(ctx context.Context, key rein.SessionKey) ([]rein.Me
 	return out, nil
 }
 
-// scanHistoryOf is scanHistory for qHistoryByKey's rows: found is whether
-// there was a row at all (the session exists); a row without a message
-// is the empty transcript's.
-func (s *Store) scanHistoryOf(key rein.SessionKey, rows *sql.Rows) (out []rein.Message, found bool, err error) {
-	return s.scanHistoryRaw(key, rows, nil)
+// decodeHistory decodes key's i-th history message as stored.
+func (s *Store) decodeHistory(key rein.SessionKey, i int, b []byte) (rein.Message, error) {
+	m, err := histcodec.Decode(b)
+	if err != nil {
+		return rein.Message{}, dbErr(rein.CodeInternal, s.file, err, "sqlite: history message %d of %s is unreadable", i, key)
+	}
+	return m, nil
 }
 
-// scanHistoryRaw is scanHistoryOf that also keeps the encoded messages in
-// *raw (raw nil: not kept), as long as they fit what a tail keeps of a
-// history (*raw nil again when they do not).
-func (s *Store) scanHistoryRaw(key rein.SessionKey, rows *sql.Rows, raw *[]string) (out []rein.Message, found bool, err error) {
+// scanHistoryOf is scanHistory for qHistoryByKey's rows: found is whether
+// there was a row at all (the session exists); a row without a message
+// is the empty transcript's. With keep, raw is the encoded messages too,
+// for a log tail, as long as they fit what a tail keeps of a history (nil
+// otherwise, and without keep).
+func (s *Store) scanHistoryOf(key rein.SessionKey, rows *sql.Rows, keep bool) (out []rein.Message, raw []string, found bool, err error) {
 	defer rows.Close()
 	out = []rein.Message{}
-	size := 0
-	if raw != nil {
-		*raw = []string{}
+	if keep {
+		raw = []string{}
 	}
+	size := 0
 	for rows.Next() {
 		found = true
 		var b []byte
 		if err := rows.Scan(&b); err != nil {
-			return nil, false, err
+			return nil, nil, false, err
 		}
 		if b == nil {
 			continue
 		}
-		if raw != nil && *raw != nil {
+		if raw != nil {
 			if size += len(b); size > histFactBytes {
-				*raw = nil
+				raw = nil
 			} else {
-				*raw = append(*raw, string(b))
+				raw = append(raw, string(b))
 			}
 		}
-		m, err := histcodec.Decode(b)
+		m, err := s.decodeHistory(key, len(out), b)
 		if err != nil {
-			return nil, false, dbErr(rein.CodeInternal, s.file, err, "sqlite: history message %d of %s is unreadable", len(out), key)
+			return nil, nil, false, err
 		}
 		out = append(out, m)
 	}
 	if err := rows.Err(); err != nil {
-		return nil, false, err
+		return nil, nil, false, err
 	}
-	return out, found, nil
+	return out, raw, found, nil
 }
 
 // scanHistory decodes a transcript's rows and closes them.
 func (s *Store) scanHistory(key rein.SessionKey, rows *sql.Rows) ([]rein.Message, error) {
-	out, _, err := s.scanHistoryOf(key, rows)
+	out, _, _, err := s.scanHistoryOf(key, rows, false)
 	return out, err
 }
 

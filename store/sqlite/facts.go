@@ -64,11 +64,8 @@ func (t *tails) setSessionLocked(tl *tail, sess *store.Session) {
 		}
 	}
 	tl.sess, tl.sessBytes = sess, n
-	tl.bytes += n
-	t.bytes += n
-	for t.bytes > tailsBytes && t.lru.Len() > 1 {
-		t.dropLocked(t.lru.Back().Value.(*tail))
-	}
+	t.chargeLocked(tl, n)
+	t.evictLocked()
 }
 
 // restated forgets key's record: a commit changed it.
@@ -77,8 +74,7 @@ func (t *tails) restated(key rein.SessionKey) {
 	defer t.mu.Unlock()
 	t.gen++
 	if tl := t.m[key]; tl != nil && tl.sess != nil {
-		tl.bytes -= tl.sessBytes
-		t.bytes -= tl.sessBytes
+		t.chargeLocked(tl, -tl.sessBytes)
 		tl.sess, tl.sessBytes = nil, 0
 	}
 }
@@ -162,16 +158,12 @@ func (t *tails) addHistoryLocked(tl *tail, encoded []string) {
 		n += len(e)
 	}
 	if tl.histBytes+n > histFactBytes {
-		tl.bytes -= tl.histBytes
-		t.bytes -= tl.histBytes
+		t.chargeLocked(tl, -tl.histBytes)
 		tl.hist, tl.histBytes, tl.histKnown = nil, 0, false
 		return
 	}
 	tl.hist = append(tl.hist, encoded...)
 	tl.histBytes += n
-	tl.bytes += n
-	t.bytes += n
-	for t.bytes > tailsBytes && t.lru.Len() > 1 {
-		t.dropLocked(t.lru.Back().Value.(*tail))
-	}
+	t.chargeLocked(tl, n)
+	t.evictLocked()
 }

@@ -36,7 +36,7 @@ func dbHistory(t *testing.T, s *Store, key rein.SessionKey) []rein.Message {
 	if err != nil {
 		t.Fatal(err)
 	}
-	out, _, err := s.scanHistoryOf(key, rows)
+	out, _, _, err := s.scanHistoryOf(key, rows, false)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -233,7 +233,7 @@ func TestFactsReadRacingACommitIsNotKept(t *testing.T) {
 	// A history read before an append.
 	s.tails.mu.Lock()
 	tl := s.tails.m[key]
-	tl.bytes, s.tails.bytes = tl.bytes-tl.histBytes, s.tails.bytes-tl.histBytes
+	s.tails.chargeLocked(tl, -tl.histBytes)
 	tl.hist, tl.histBytes, tl.histKnown = nil, 0, false
 	s.tails.mu.Unlock()
 	gen = s.tails.factsGen()

@@ -60,7 +60,7 @@ func (tx *wtx) cachedRuns(si *sessInfo, statuses []rein.RunStatus) ([]*store.Run
 		return nil, false, nil
 	}
 	for _, st := range statuses {
-		if st.Terminal() || !slices.Contains(unended, st) {
+		if !slices.Contains(unended, st) {
 			return nil, false, nil
 		}
 	}

@@ -106,8 +106,7 @@ func (t *tails) appended(key rein.SessionKey, prev int64, evs []rein.Event) {
 		e.Payload = bytes.Clone(e.Payload)
 		n := size(&e)
 		tl.evs = append(tl.evs, e)
-		tl.bytes += n
-		t.bytes += n
+		t.chargeLocked(tl, n)
 		tl.last = e.Seq
 	}
 	// Drop from the front what exceeds the tail's bounds; copy down once
@@ -115,8 +114,7 @@ func (t *tails) appended(key rein.SessionKey, prev int64, evs []rein.Event) {
 	drop := 0
 	for len(tl.evs)-drop > tailEvents || (tl.bytes > tailBytes && len(tl.evs)-drop > 1) {
 		n := size(&tl.evs[drop])
-		tl.bytes -= n
-		t.bytes -= n
+		t.chargeLocked(tl, -n)
 		drop++
 	}
 	if drop > 0 {
@@ -126,9 +124,7 @@ func (t *tails) appended(key rein.SessionKey, prev int64, evs []rein.Event) {
 			tl.evs = append(make([]rein.Event, 0, len(tl.evs)+tailEvents/4), tl.evs...)
 		}
 	}
-	for t.bytes > tailsBytes && t.lru.Len() > 1 {
-		t.dropLocked(t.lru.Back().Value.(*tail))
-	}
+	t.evictLocked()
 }
 
 // newLocked starts key's tail at last seq prev.
@@ -155,9 +151,7 @@ func (t *tails) created(sess *store.Session) {
 	tl := t.newLocked(key, 0)
 	tl.pending, tl.histKnown = 0, true
 	t.setSessionLocked(tl, sess)
-	for t.bytes > tailsBytes && t.lru.Len() > 1 {
-		t.dropLocked(t.lru.Back().Value.(*tail))
-	}
+	t.evictLocked()
 }
 
 // drop forgets key's tail (its session was deleted).
@@ -178,6 +172,21 @@ func (t *tails) reset() {
 	t.lru.Init()
 	t.bytes = 0
 	t.gen++
+}
+
+// chargeLocked counts n more bytes (n < 0: fewer) against tl and all
+// tails.
+func (t *tails) chargeLocked(tl *tail, n int) {
+	tl.bytes += n
+	t.bytes += n
+}
+
+// evictLocked lets the least recently written tails go until all of them
+// fit tailsBytes (the most recent one is always kept).
+func (t *tails) evictLocked() {
+	for t.bytes > tailsBytes && t.lru.Len() > 1 {
+		t.dropLocked(t.lru.Back().Value.(*tail))
+	}
 }
 
 func (t *tails) dropLocked(tl *tail) {
