@@ -47,6 +47,11 @@ type lifecycle struct {
 	// process does not hold was left by one that is gone.
 	exclusive bool
 	observe   func(time.Duration, int)
+	// refuseNew, when set, says why no new run may be admitted now (the
+	// service is draining). It is asked inside the admission, after a
+	// client_id repeat was looked for: a repeat is still answered, a new
+	// run with a client_id refused like one without.
+	refuseNew func() error
 }
 
 // activeStatuses are the statuses of a run that holds or waits for its
@@ -95,6 +100,11 @@ func (lc *lifecycle) admit(ctx context.Context, key rein.SessionKey, req Message
 				a.rec, a.repeat = prev, true
 				return errNothing
 			} else if !errors.Is(err, rein.ErrNotFound) {
+				return err
+			}
+		}
+		if lc.refuseNew != nil {
+			if err := lc.refuseNew(); err != nil {
 				return err
 			}
 		}

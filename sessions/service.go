@@ -287,7 +287,7 @@ func New(cfg Config) (*Service, error) {
 		s.msgr = m
 	}
 	s.life = &lifecycle{st: cfg.Store, instance: cfg.Instance, ttl: cfg.LeaseTTL, resumeAttempts: cfg.ResumeAttempts,
-		exclusive: excl, observe: cfg.Observer.EventsAppended}
+		exclusive: excl, observe: cfg.Observer.EventsAppended, refuseNew: s.unavailableIfDraining}
 	return s, nil
 }
 

@@ -80,6 +80,37 @@ func TestDrainKeepsQueuedRuns(t *testing.T) {
 	onBackends(t, testDrainKeepsQueuedRuns)
 }
 
+// While draining, a message with a client_id is refused like one without
+// when it would start a new run, writing nothing; a repeat of an earlier
+// one is still answered with its run.
+func TestDrainRefusesNewRunsWithClientID(t *testing.T) {
+	t.Parallel()
+	onBackends(t, func(t *testing.T, open opener) {
+		st := open(t)
+		f := newFixture(t, st)
+		f.newSession()
+		ctx := context.Background()
+		first, err := f.svc.SendMessage(ctx, f.key, sessions.MessageRequest{Text: "x", ClientID: "k-1"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		f.completed(first.RunID)
+		if err := f.svc.Drain(ctx, 5*time.Second); err != nil {
+			t.Fatal(err)
+		}
+		again, err := f.svc.SendMessage(ctx, f.key, sessions.MessageRequest{Text: "x", ClientID: "k-1"})
+		if err != nil || !again.Repeat || again.RunID != first.RunID {
+			t.Fatalf("a repeat while draining = %+v, %v; want the first run %s", again, err, first.RunID)
+		}
+		if _, err := f.svc.SendMessage(ctx, f.key, sessions.MessageRequest{Text: "y", ClientID: "k-2"}); !errors.Is(err, rein.ErrUnavailable) {
+			t.Fatalf("a new message with a client_id while draining: %v, want unavailable", err)
+		}
+		if runs, err := st.ListRuns(ctx, f.key); err != nil || len(runs) != 1 {
+			t.Fatalf("runs after the refusal: %d, %v; want the first only", len(runs), err)
+		}
+	})
+}
+
 func TestOwnerIsolation(t *testing.T) {
 	t.Parallel()
 	onBackends(t, testOwnerIsolation)

@@ -66,6 +66,9 @@ func (s *Service) SendMessage(ctx context.Context, key rein.SessionKey, req Mess
 		return MessageResult{}, rein.InvalidArgument("timeout_s", "timeout_s must be > 0")
 	}
 	if req.ClientID == "" {
+		// Refused before anything is asked of the store. A message with a
+		// client_id is refused inside its admission, once it is known not
+		// to be a repeat (a repeat is still answered while draining).
 		if err := s.unavailableIfDraining(); err != nil {
 			return MessageResult{}, err
 		}

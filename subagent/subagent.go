@@ -573,9 +573,13 @@ func (m *Manager) OnRunEnd(ctx context.Context, end sessions.RunEnd) {
 		m.log.Error("deliver subagent notice", "parent", parent.String(), "child", end.Session.ID, "err", err)
 		return
 	}
-	if waiting && m.wake {
-		// Also when an earlier settlement delivered the notice: a crash
-		// between that write and the wake is finished here (Reconcile).
+	// Also when an earlier settlement delivered the notice: a crash
+	// between that write and the wake is finished here (Reconcile). Not
+	// for an activation that was cancelled — a stop of the parent's own
+	// run cancels its children, and waking the parent for them would undo
+	// that stop — and only for a root parent: waking a child would start
+	// an activation its own parent never asked for.
+	if waiting && m.wake && end.Reason != rein.ReasonCancelled && info.Subagent.Depth <= 1 {
 		m.wakeParent(ctx, svc, parent, label, end)
 	}
 }

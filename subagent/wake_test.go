@@ -125,3 +125,58 @@ func TestWakeFinishedAfterCrash(t *testing.T) {
 		}
 	})
 }
+
+// A cancelled parent is not woken by its children's ends: the stop of the
+// parent's run cancels its running children, and waking the parent for
+// their notes would undo the stop. Settled again (synchronously, with the
+// parent idle and the note unread) it still starts nothing.
+func TestWakeNotAfterACancel(t *testing.T) {
+	w := newWorld(t, openMemory(t), subagent.Options{WakeParents: true}, nil)
+	ctx := context.Background()
+	parent := w.root("alice")
+	pr := w.send(parent, "hold parent")
+	w.blocked(parent, pr.RunID)
+	s := w.startChild(parent, subagent.ContinuableSpec{StartRequest: subagent.StartRequest{Prompt: "hold child"}})
+	child := key("alice", s.ChildID)
+	defer dump(t, w, parent, child)
+	w.blocked(child, s.TaskID)
+	if _, err := w.svc.Interrupt(ctx, parent, sessions.InterruptRequest{RunID: &pr.RunID, Mode: rein.StopCancel}); err != nil {
+		t.Fatal(err)
+	}
+	if c := w.completed(parent, pr.RunID); c.Status != rein.StatusCancelled {
+		t.Fatalf("the parent's run %+v", c)
+	}
+	end := w.completed(child, s.TaskID)
+	if end.Reason != rein.ReasonCancelled {
+		t.Fatalf("the child's activation %+v, want cancelled with its parent", end)
+	}
+	p := w.settled(parent, s.TaskID)
+	w.m.OnRunEnd(ctx, sessions.RunEnd{Session: child, RunID: s.TaskID, Status: end.Status, Reason: end.Reason, Reply: p.Output})
+	if rs := w.runs(parent); len(rs) != 1 {
+		t.Fatalf("%d runs of the cancelled parent, want its own only", len(rs))
+	}
+}
+
+// Only a root parent is woken: a child whose own child finished is not
+// started (an activation its parent never asked for). Settled again
+// synchronously, it still starts nothing.
+func TestWakeOnlyRootParents(t *testing.T) {
+	w := newWorld(t, openMemory(t), subagent.Options{WakeParents: true}, nil)
+	ctx := context.Background()
+	root := w.root("alice")
+	mid := w.startChild(root, subagent.ContinuableSpec{StartRequest: subagent.StartRequest{Prompt: "quick job", Label: "mid"}})
+	midKey := key("alice", mid.ChildID)
+	w.completed(midKey, mid.TaskID)
+	w.settled(root, mid.TaskID)
+	leaf := w.startChild(midKey, subagent.ContinuableSpec{StartRequest: subagent.StartRequest{Prompt: "quick job", Label: "leaf"}})
+	leafKey := key("alice", leaf.ChildID)
+	defer dump(t, w, root, midKey, leafKey)
+	end := w.completed(leafKey, leaf.TaskID)
+	p := w.settled(midKey, leaf.TaskID)
+	w.m.OnRunEnd(ctx, sessions.RunEnd{Session: leafKey, RunID: leaf.TaskID, Status: end.Status, Reason: end.Reason, Reply: p.Output})
+	if rs := w.runs(midKey); len(rs) != 1 {
+		t.Fatalf("%d runs of the middle child, want its one activation", len(rs))
+	}
+	// The root itself was woken for its child, as a root is.
+	w.waitEvent(root, "the root's wake", isType(rein.EventUserMessage, ""))
+}
