@@ -338,14 +338,19 @@ func (st *stream) waitOrBeat() error {
 		} else {
 			st.beatTimer.Reset(st.s.heartbeat)
 		}
-		err := st.s.svc.WaitEvents(st.beat, st.key, st.cursor)
-		st.beatTimer.Stop()
+		beat := st.beat
+		err := st.s.svc.WaitEvents(beat, st.key, st.cursor)
+		if !st.beatTimer.Stop() {
+			// The timer fired, though its cancel may not have run yet:
+			// never re-armed, or that late cancel would cut the next wait.
+			st.beat = nil
+		}
 		switch {
 		case err == nil:
 			return nil
 		case st.ctx.Err() != nil:
 			return st.ctx.Err()
-		case st.beat.Err() != nil && (errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded)):
+		case beat.Err() != nil && (errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded)):
 			if err := st.out.write([]byte(": keepalive\n\n")); err != nil {
 				return err
 			}
@@ -397,8 +402,8 @@ func streamCursor(r *http.Request) (int64, error) {
 	return n, err
 }
 
-// writeFrame appends one SSE frame: id, event, data (one data line per
-// line of JSON, though the event JSON is compact and has none), blank line.
+// writeFrame appends one SSE frame: id, event, data (the event JSON, which
+// is compact: one line), blank line.
 // The JSON is appended in place (rein.Event.AppendJSON): a stream writes a
 // frame per event, and encoding/json's copy and reflection were most of a
 // frame's cost.
@@ -410,18 +415,11 @@ func writeFrame(buf *bytes.Buffer, e rein.Event) error {
 	if err != nil {
 		return err // nothing written: b is beyond buf's length
 	}
-	if bytes.IndexByte(b[head:], '\n') < 0 {
-		buf.Write(append(b, "\n\n"...))
-		return nil
+	if bytes.IndexByte(b[head:], '\n') >= 0 {
+		// Compact JSON has no raw newline; one would split the data line.
+		return errors.New("event JSON with a newline")
 	}
-	data := bytes.Clone(b[head:])
-	buf.Write(b[:head-len("data: ")])
-	for line := range bytes.SplitSeq(data, []byte("\n")) {
-		buf.WriteString("data: ")
-		buf.Write(line)
-		buf.WriteByte('\n')
-	}
-	buf.WriteByte('\n')
+	buf.Write(append(b, "\n\n"...))
 	return nil
 }
 

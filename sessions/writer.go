@@ -20,8 +20,9 @@ import (
 // it). Order is kept: events are appended in Emit order. A failed append is
 // remembered and returned by the next Emit and by Flush. On a store whose
 // appends are immediate (the memory store) an event that is not a delta is
-// appended by Emit itself: there a hand-off to a goroutine cost more than
-// the append.
+// appended by Emit itself, unless a drain is already in flight (then it
+// queues behind it, and a Flush waits for both): there a hand-off to a
+// goroutine cost more than the append.
 //
 // A delta is queued as its text, not as an encoded event: the deltas a
 // batch coalesces are joined as strings and encoded once, when the batch

@@ -2,6 +2,7 @@ package sessions
 
 import (
 	"context"
+	"slices"
 	"sync"
 	"testing"
 	"time"
@@ -221,5 +222,69 @@ func TestWriterAppendsInlineOnImmediateStore(t *testing.T) {
 	}
 	if err := bad.Flush(ctx); err == nil {
 		t.Fatal("Flush after a failed inline append: no error")
+	}
+}
+
+// gatedImmediateLog is a gatedLog that says its appends are immediate.
+type gatedImmediateLog struct{ *gatedLog }
+
+func (gatedImmediateLog) Immediate() bool { return true }
+
+// On an immediate store, a delta that comes in a burst (less than
+// deltaBurst after the one before) is not appended by EmitDelta: it goes to
+// a drain goroutine, so EmitDelta returns while that append is held, and
+// the deltas queued meanwhile leave as one event. Flush waits for both.
+func TestWriterBurstGoesToADrain(t *testing.T) {
+	st := memory.New()
+	ctx := context.Background()
+	sess := &store.Session{Owner: "o", ID: "ses_b"}
+	if err := st.CreateSession(ctx, sess); err != nil {
+		t.Fatal(err)
+	}
+	g := &gatedLog{EventLog: st, entered: make(chan struct{}, 1), gate: make(chan struct{})}
+	w := newWriter(gatedImmediateLog{g}, sess.Key(), nil)
+	if !w.inline {
+		t.Fatal("the writer does not see an immediate store")
+	}
+	burst := func(text string) {
+		t.Helper()
+		w.mu.Lock()
+		w.deltaAt = time.Now() // the delta before came just now
+		w.mu.Unlock()
+		done := make(chan error, 1)
+		go func() { done <- w.EmitDelta(ctx, "run_a", 1, text) }()
+		select {
+		case err := <-done:
+			if err != nil {
+				t.Fatal(err)
+			}
+		case <-time.After(10 * time.Second):
+			t.Fatalf("EmitDelta(%q) of a burst waited for the held append: it was appended inline", text)
+		}
+	}
+	burst("a")
+	select {
+	case <-g.entered:
+	case <-time.After(10 * time.Second):
+		t.Fatal("no drain began appending the burst")
+	}
+	burst("b")
+	burst("c")
+	close(g.gate)
+	if err := w.Flush(ctx); err != nil {
+		t.Fatal(err)
+	}
+	var texts []string
+	for _, b := range g.batches {
+		for _, e := range b {
+			var p rein.MessageDeltaPayload
+			if err := e.DecodePayload(&p); err != nil {
+				t.Fatal(err)
+			}
+			texts = append(texts, p.Text)
+		}
+	}
+	if !slices.Equal(texts, []string{"a", "bc"}) {
+		t.Fatalf("deltas appended %q, want [a bc]: the ones queued behind the held append coalesce", texts)
 	}
 }

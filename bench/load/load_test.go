@@ -829,5 +829,10 @@ func TestLateStops(t *testing.T) {
 	if rep.Runs.Stops != 12 || rep.Runs.StopsAccepted+rep.Runs.StopsLate != 12 {
 		t.Errorf("stops %+v: want 12 sent, each accepted or late", rep.Runs)
 	}
+	// Runs of one delta end before a stop sent at that delta arrives: some
+	// (in practice all) stops must have come late, or the path is untested.
+	if rep.Runs.StopsLate == 0 {
+		t.Errorf("no stop of a one-delta run came late (%+v): the late path was not exercised", rep.Runs)
+	}
 	t.Logf("%d of 12 stops late", rep.Runs.StopsLate)
 }
