@@ -94,3 +94,71 @@ func BenchmarkEventJSON(b *testing.B) {
 		}
 	})
 }
+
+// checkPayload: NewEvent writes p as encoding/json does, byte for byte.
+func checkPayload(t *testing.T, p any) {
+	t.Helper()
+	want, err := json.Marshal(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, ok := appendPayload(nil, p); !ok {
+		t.Fatalf("%T: no direct encoding", p)
+	}
+	if got := NewEvent(EventMessage, "run_1", p).Payload; !bytes.Equal(got, want) {
+		t.Fatalf("%#v:\nNewEvent      %s\nencoding/json %s", p, got, want)
+	}
+}
+
+func TestPayloadJSONIsEncodingJSONs(t *testing.T) {
+	for _, s := range []string{"", "plain", "<&> \"q\" \\ \n\t\x01", "é \u2028 \xff"} {
+		checkPayload(t, UserMessagePayload{Text: s, RunID: s})
+		checkPayload(t, RunStartedPayload{RunID: s})
+		checkPayload(t, MessageDeltaPayload{RunID: s, Step: -3, Text: s})
+		checkPayload(t, MessagePayload{RunID: s, Text: s, Reason: Reason(s)})
+		checkPayload(t, MessagePayload{RunID: s, Text: s, Reason: ReasonInterrupted, Usage: &Usage{InputTokens: -1, OutputTokens: 1 << 40}})
+		checkPayload(t, RunCompletedPayload{RunID: s, Status: RunStatus(s), Reason: Reason(s), Error: s, RolledBack: true})
+		checkPayload(t, RunCompletedPayload{RunID: s, Status: StatusCompleted, Reason: ReasonStop})
+	}
+	// Anything else goes through encoding/json.
+	if _, ok := appendPayload(nil, &RunStartedPayload{RunID: "r"}); ok {
+		t.Fatal("a pointer payload was encoded directly")
+	}
+	if got := string(NewEvent(EventRunQueued, "r", RunQueuedPayload{RunID: "r", Position: 2}).Payload); got != `{"run_id":"r","position":2}` {
+		t.Fatalf("RunQueuedPayload: %s", got)
+	}
+}
+
+func FuzzPayloadJSON(f *testing.F) {
+	f.Add("run_1", "hello", "stop", "", int64(3), false, true)
+	f.Add("run_<", "a\u2028b\xff", "", "boom \"x\"", int64(-1), true, false)
+	f.Fuzz(func(t *testing.T, run, text, reason, errText string, n int64, rolled, usage bool) {
+		checkPayload(t, UserMessagePayload{Text: text, RunID: run})
+		checkPayload(t, RunStartedPayload{RunID: run})
+		checkPayload(t, MessageDeltaPayload{RunID: run, Step: int(n), Text: text})
+		mp := MessagePayload{RunID: run, Text: text, Reason: Reason(reason)}
+		if usage {
+			mp.Usage = &Usage{InputTokens: n, OutputTokens: -n}
+		}
+		checkPayload(t, mp)
+		checkPayload(t, RunCompletedPayload{RunID: run, Status: RunStatus(reason), Reason: Reason(reason), Error: errText, RolledBack: rolled})
+	})
+}
+
+func BenchmarkNewEvent(b *testing.B) {
+	p := MessageDeltaPayload{RunID: "run_01KB0000000000000000000000", Step: 1, Text: "token "}
+	b.Run("direct", func(b *testing.B) {
+		b.ReportAllocs()
+		for b.Loop() {
+			_ = NewEvent(EventMessageDelta, p.RunID, p)
+		}
+	})
+	b.Run("encoding-json", func(b *testing.B) {
+		b.ReportAllocs()
+		for b.Loop() {
+			if _, err := json.Marshal(p); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+}

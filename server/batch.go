@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/reinhq/rein"
+	"github.com/reinhq/rein/internal/jsonx"
 	"github.com/reinhq/rein/sessions"
 )
 
@@ -39,7 +40,7 @@ type command struct {
 // Unknown keys are ignored, at every level: a newer client may send fields
 // this server does not know yet (decision 0050).
 func decodeBatch(body []byte) ([]command, error) {
-	if !json.Valid(body) {
+	if !jsonx.Valid(body) {
 		return nil, malformed(body)
 	}
 	var top map[string]json.RawMessage

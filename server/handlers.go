@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/reinhq/rein"
+	"github.com/reinhq/rein/internal/jsonx"
 	"github.com/reinhq/rein/sessions"
 	"github.com/reinhq/rein/store"
 )
@@ -179,7 +180,7 @@ func decodeCreateSession(body []byte) (sessions.CreateSessionRequest, error) {
 	if kind(body) == 0 {
 		return req, nil
 	}
-	if !json.Valid(body) {
+	if !jsonx.Valid(body) {
 		return req, malformed(body)
 	}
 	var fields map[string]json.RawMessage
@@ -267,7 +268,7 @@ func (s *Server) getSession(w http.ResponseWriter, r *http.Request) {
 	out.PendingConfirmations = make([]pendingJSON, 0, len(info.PendingConfirmations))
 	for _, c := range info.PendingConfirmations {
 		in := c.Input
-		if !json.Valid(in) {
+		if !jsonx.Valid(in) {
 			// A model may produce invalid JSON as a tool input; it is shown
 			// as the string it was.
 			in, _ = json.Marshal(string(c.Input))

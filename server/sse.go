@@ -107,20 +107,29 @@ func (o respSink) write(b []byte) error { return writeOut(o.rc, o.w, b) }
 type connSink struct {
 	c       net.Conn
 	chunked bool
+	// wire is the last chunk written, kept for the next: a chunk per
+	// write was a twelfth of what a loaded server allocated.
+	wire []byte
 }
 
-func (o connSink) write(b []byte) error {
+func (o *connSink) write(b []byte) error {
 	_ = o.c.SetWriteDeadline(time.Now().Add(sseWriteTimeout))
 	if !o.chunked {
 		_, err := o.c.Write(b)
 		return err
 	}
-	out := make([]byte, 0, len(b)+20)
-	out = strconv.AppendInt(out, int64(len(b)), 16)
+	out := strconv.AppendInt(o.wire[:0], int64(len(b)), 16)
 	out = append(out, "\r\n"...)
 	out = append(out, b...)
 	out = append(out, "\r\n"...)
 	_, err := o.c.Write(out)
+	// Only a live stream's few events are kept: a replay's chunk is
+	// not, so an idle stream holds at most this much.
+	if cap(out) <= 4<<10 {
+		o.wire = out
+	} else {
+		o.wire = nil
+	}
 	return err
 }
 
@@ -188,7 +197,7 @@ func (st *stream) begin() {
 func (st *stream) detach(r *http.Request, h http.Header, conn net.Conn) *stream {
 	st.conn = conn
 	chunked := r.ProtoAtLeast(1, 1)
-	st.out = connSink{c: conn, chunked: chunked}
+	st.out = &connSink{c: conn, chunked: chunked}
 	st.base = context.WithoutCancel(r.Context())
 	st.begin()
 	var head bytes.Buffer
@@ -239,7 +248,7 @@ func (st *stream) close() {
 		st.beatTimer.Stop()
 	}
 	if st.conn != nil {
-		if cs, ok := st.out.(connSink); ok && cs.chunked {
+		if cs, ok := st.out.(*connSink); ok && cs.chunked {
 			// The body's end, for a client still there (a gone one makes
 			// the write fail at once).
 			_ = cs.c.SetWriteDeadline(time.Now().Add(time.Second))

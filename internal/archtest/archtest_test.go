@@ -23,6 +23,10 @@ type row struct {
 	patterns []string // module-relative: "" is the root, "x/*" is every package below x
 	allowed  []string // same form
 	any      bool     // "everything"
+	// stdOnly: the row says "standard library only": what the packages
+	// pull in, transitively, is the standard library and the packages of
+	// Rein the row allows (whose own rows say the same).
+	stdOnly bool
 }
 
 // pkg is what `go list` says of one package of the module.
@@ -77,7 +81,8 @@ func TestCheckFindsViolations(t *testing.T) {
 	rows, err := parseTable(strings.Join([]string{
 		"| package | why it exists | may import (of Rein's packages) |",
 		"|---|---|---|",
-		"| `rein` (root) | vocabulary | nothing (standard library only) |",
+		"| `rein` (root) | vocabulary | `internal/jsonx` (standard library only) |",
+		"| `internal/jsonx` | JSON | nothing (standard library only) |",
 		"| `run` | handles | `rein` |",
 		"| `store`, `store/*` | storage | `rein` |",
 		"| `agent` | loop | `rein`, `run` (outcomes) |",
@@ -87,7 +92,8 @@ func TestCheckFindsViolations(t *testing.T) {
 		t.Fatal(err)
 	}
 	pkgs := []pkg{
-		{path: "", imports: []string{"fmt"}, deps: []string{"fmt", "github.com/acme/x"}},
+		{path: "", imports: []string{"fmt", module + "/internal/jsonx"}, deps: []string{"fmt", "github.com/acme/x", module + "/internal/jsonx"}},
+		{path: "internal/jsonx", imports: []string{"bytes"}, deps: []string{"bytes", module + "/run"}},
 		{path: "run", imports: []string{module}, deps: []string{module}},
 		{path: "store", imports: []string{module}},
 		{path: "store/sqlite", imports: []string{module, module + "/store", module + "/agent"}, deps: []string{module + "/agent"}},
@@ -98,9 +104,10 @@ func TestCheckFindsViolations(t *testing.T) {
 	got := strings.Join(check(rows, pkgs), "\n")
 	for _, want := range []string{
 		"root package depends on github.com/acme/x",
-		"store/sqlite imports github.com/reinhq/rein/agent, which its row (line 5) does not allow",
+		"internal/jsonx depends on github.com/reinhq/rein/run: its row (line 4) allows the standard library only",
+		"store/sqlite imports github.com/reinhq/rein/agent, which its row (line 6) does not allow",
 		"store/sqlite depends on github.com/reinhq/rein/agent: storage knows nothing",
-		"agent imports github.com/reinhq/rein/store, which its row (line 6) does not allow",
+		"agent imports github.com/reinhq/rein/store, which its row (line 7) does not allow",
 		"agent depends on net/http: nothing in agent or run imports HTTP or SQL",
 		"newpkg is not in the table",
 	} {
@@ -109,7 +116,7 @@ func TestCheckFindsViolations(t *testing.T) {
 		}
 	}
 	for _, v := range strings.Split(got, "\n") {
-		for _, fine := range []string{"run ", "cmd/rein ", "store "} {
+		for _, fine := range []string{"run ", "cmd/rein ", "store ", "root package depends on github.com/reinhq/rein/internal/jsonx"} {
 			if strings.HasPrefix(v, fine) {
 				t.Errorf("allowed, but reported: %s", v)
 			}
@@ -146,6 +153,7 @@ func parseTable(doc string) ([]row, error) {
 			r.patterns = append(r.patterns, relative(m[1]))
 		}
 		may := cells[2]
+		r.stdOnly = strings.Contains(may, "standard library only")
 		switch {
 		case strings.Contains(may, "everything"):
 			r.any = true
@@ -256,10 +264,15 @@ func check(rows []row, pkgs []pkg) []string {
 			}
 			out = append(out, fmt.Sprintf("%s imports %s, which its row (line %d) does not allow: allow it in docs/architecture.md if the design wants it, or drop the import", name(p.path), imp, r.line))
 		}
-		if p.path == "" {
+		if r.stdOnly {
 			for _, d := range p.deps {
-				if !standard(d) {
+				if rel, ours := strings.CutPrefix(d, module+"/"); standard(d) || ours && matchAny(r.allowed, rel) {
+					continue
+				}
+				if p.path == "" {
 					out = append(out, fmt.Sprintf("root package depends on %s: the root is vocabulary, standard library only", d))
+				} else {
+					out = append(out, fmt.Sprintf("%s depends on %s: its row (line %d) allows the standard library only", name(p.path), d, r.line))
 				}
 			}
 		}

@@ -8,6 +8,7 @@ import (
 
 	"github.com/reinhq/rein"
 	"github.com/reinhq/rein/internal/id"
+	"github.com/reinhq/rein/internal/jsonx"
 	"github.com/reinhq/rein/store"
 )
 
@@ -149,7 +150,7 @@ func payloadOf(i int, b json.RawMessage) (json.RawMessage, error) {
 	if len(bytes.TrimSpace(b)) == 0 {
 		return emptyPayload, nil
 	}
-	if !json.Valid(b) {
+	if !jsonx.Valid(b) {
 		param := "events[" + strconv.Itoa(i) + "].payload"
 		return nil, rein.InvalidArgument(param, "%s is not valid JSON", param)
 	}

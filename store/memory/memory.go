@@ -24,6 +24,7 @@ import (
 	"time"
 
 	"github.com/reinhq/rein"
+	"github.com/reinhq/rein/internal/jsonx"
 	"github.com/reinhq/rein/store"
 )
 
@@ -162,7 +163,7 @@ func jsonOrEmpty(param string, b json.RawMessage) (json.RawMessage, error) {
 	if len(bytes.TrimSpace(b)) == 0 {
 		return json.RawMessage("{}"), nil
 	}
-	if !json.Valid(b) {
+	if !jsonx.Valid(b) {
 		return nil, rein.InvalidArgument(param, "%s is not valid JSON", param)
 	}
 	return bytes.Clone(b), nil

@@ -10,6 +10,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/reinhq/rein"
+	"github.com/reinhq/rein/internal/jsonx"
 	"github.com/reinhq/rein/store"
 	"github.com/reinhq/rein/store/internal/histcodec"
 )
@@ -357,7 +358,7 @@ func jsonOrEmpty(param string, b json.RawMessage) (json.RawMessage, error) {
 	if len(bytes.TrimSpace(b)) == 0 {
 		return json.RawMessage("{}"), nil
 	}
-	if !json.Valid(b) {
+	if !jsonx.Valid(b) {
 		return nil, rein.InvalidArgument(param, "%s is not valid JSON", param)
 	}
 	return bytes.Clone(b), nil

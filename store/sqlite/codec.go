@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/reinhq/rein"
+	"github.com/reinhq/rein/internal/jsonx"
 )
 
 // Times are stored as microseconds since the epoch: exact for what Rein
@@ -42,7 +43,7 @@ func jsonOrEmpty(param string, b json.RawMessage) (json.RawMessage, error) {
 	if len(bytes.TrimSpace(b)) == 0 {
 		return json.RawMessage("{}"), nil
 	}
-	if !json.Valid(b) {
+	if !jsonx.Valid(b) {
 		return nil, rein.InvalidArgument(param, "%s is not valid JSON", param)
 	}
 	return b, nil

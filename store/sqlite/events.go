@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"strconv"
 	"strings"
+	"unsafe"
 
 	"github.com/reinhq/rein"
 	"github.com/reinhq/rein/internal/id"
@@ -231,7 +232,11 @@ func (tx *wtx) appendEvents(key rein.SessionKey, si *sessInfo, out []rein.Event)
 	}
 	prev := si.lastSeq
 	seq := prev
-	args := make([]any, 0, 7*min(len(out), insertChunk))
+	args := tx.s.insertArgs[:0]
+	defer func() {
+		clear(args[:cap(args)]) // no event's strings outlive its insert
+		tx.s.insertArgs = args[:0]
+	}()
 	for i := range out {
 		e := &out[i]
 		seq++
@@ -239,8 +244,8 @@ func (tx *wtx) appendEvents(key rein.SessionKey, si *sessInfo, out []rein.Event)
 		if e.CreatedAt.IsZero() {
 			e.CreatedAt = tx.now
 		}
-		args = append(args, si.pk, e.Seq, e.ID, e.RunID, string(e.Type), string(e.Payload), e.CreatedAt.UnixMicro())
-		if len(args) == cap(args) || i == len(out)-1 {
+		args = append(args, si.pk, e.Seq, e.ID, e.RunID, string(e.Type), textOf(e.Payload), e.CreatedAt.UnixMicro())
+		if len(args) == 7*insertChunk || i == len(out)-1 {
 			if _, err := tx.exec(insertEvents(len(args)/7), args...); err != nil {
 				return err
 			}
@@ -252,6 +257,16 @@ func (tx *wtx) appendEvents(key rein.SessionKey, si *sessInfo, out []rein.Event)
 	tx.op.appended = append(tx.op.appended, appendRec{key: key, prev: prev, evs: out})
 	tx.wake(key)
 	return nil
+}
+
+// textOf is the payload as the string SQLite binds as TEXT, without a
+// copy: the bytes are the store's own copy (prepareEvents), unchanged
+// while the statement runs, and the driver copies what it binds.
+func textOf(p json.RawMessage) string {
+	if len(p) == 0 {
+		return ""
+	}
+	return unsafe.String(&p[0], len(p))
 }
 
 // insertChunk is the most events one INSERT statement carries; statements

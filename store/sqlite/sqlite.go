@@ -70,6 +70,9 @@ type Store struct {
 	wconn *sql.Conn // that connection, used only by the writer goroutine
 	rdb   *sql.DB   // the read pool
 	rq    reader    // its prepared queries
+	// insertArgs is the writer goroutine's argument slice for event
+	// inserts, kept between them (empty between uses).
+	insertArgs []any
 
 	ops       chan *op
 	closing   chan struct{} // closed by Close: stop taking work, wake waiters
