@@ -53,6 +53,16 @@ type writer struct {
 	// appends are made: its deltas coalesce on a drain goroutine).
 	deltaAt time.Time
 	burst   bool
+	// async: the store takes appends without a waiter
+	// (store.AsyncAppender), so a batch is handed to it rather than to a
+	// drain goroutine that would wait for its commit; appended is its
+	// answer (a method value made once), and the batch in flight is
+	// inflight, its events evs, handed over at sent.
+	async    store.AsyncAppender
+	appended func([]rein.Event, error)
+	inflight []item
+	evs      []rein.Event
+	sent     time.Time
 }
 
 // deltaBurst is the gap between two deltas under which, on an immediate
@@ -79,6 +89,9 @@ func newWriter(st store.EventLog, key rein.SessionKey, observe func(time.Duratio
 	w := &writer{st: st, key: key, observe: observe}
 	if im, ok := st.(store.Immediate); ok && im.Immediate() {
 		w.inline = true
+	} else if as, ok := st.(store.AsyncAppender); ok {
+		w.async = as
+		w.appended = w.onAppended
 	}
 	return w
 }
@@ -178,8 +191,93 @@ func (w *writer) start(burst bool) {
 		w.drain()
 		return
 	}
+	if w.async != nil {
+		w.running = true
+		w.sendLocked()
+		return
+	}
 	w.mu.Unlock()
 	go w.drainAsync()
+}
+
+// sendLocked hands the queue to the store as one append (async), or ends
+// the drain when nothing is left. Called with mu held and the drain
+// running; unlocks mu.
+func (w *writer) sendLocked() {
+	batch := w.queue
+	w.queue, w.spare = w.spare[:0], nil
+	if len(batch) == 0 || w.err != nil {
+		w.idleLocked()
+		w.mu.Unlock()
+		return
+	}
+	fence := w.fence
+	w.mu.Unlock()
+	w.inflight = batch
+	w.evs = encodeBatch(w.evs[:0], batch)
+	// Events the run produced must be written even if the run is being
+	// cancelled: the append takes no context of the run's (see drain).
+	w.sent = time.Now()
+	w.async.AppendEventsAsync(w.key, fence, w.evs, w.appended)
+}
+
+// onAppended is the store's answer to the batch in flight, on the
+// store's writer goroutine: it must not wait, nor call the store, so
+// what queued meanwhile goes to the store from a goroutine of its own.
+func (w *writer) onAppended(_ []rein.Event, err error) {
+	if w.observe != nil {
+		w.observe(time.Since(w.sent), len(w.evs))
+	}
+	batch := w.inflight
+	w.inflight = nil
+	clear(batch)
+	clear(w.evs)
+	w.mu.Lock()
+	if err != nil && w.err == nil {
+		w.err = err
+	}
+	if w.spare == nil {
+		w.spare = batch[:0]
+	}
+	if len(w.queue) == 0 || w.err != nil {
+		w.idleLocked()
+		w.mu.Unlock()
+		return
+	}
+	w.mu.Unlock()
+	go w.sendNext()
+}
+
+// sendNext sends what queued while the last batch was in flight.
+func (w *writer) sendNext() {
+	w.mu.Lock()
+	w.sendLocked()
+}
+
+// idleLocked ends a drain: nothing is in flight, and a Flush waiting for
+// that returns. Called with mu held.
+func (w *writer) idleLocked() {
+	w.busy, w.running = false, false
+	if w.idle != nil {
+		close(w.idle)
+		w.idle = nil
+	}
+}
+
+// encodeBatch appends to evs the events of batch, encoding its deltas.
+func encodeBatch(evs []rein.Event, batch []item) []rein.Event {
+	for i := range batch {
+		it := &batch[i]
+		if it.delta {
+			text := it.text
+			if it.more != nil {
+				text = string(it.more)
+			}
+			it.ev = rein.NewEvent(rein.EventMessageDelta, it.run, rein.MessageDeltaPayload{RunID: it.run, Step: it.step, Text: text})
+		}
+		evs = append(evs, it.ev)
+	}
+	return evs
 }
 
 // drainAsync is a drain goroutine: it drains unless the drain was taken
@@ -204,27 +302,12 @@ func (w *writer) drain() {
 		w.queue, w.spare = w.spare[:0], nil
 		fence := w.fence
 		if len(batch) == 0 || w.err != nil {
-			w.busy, w.running = false, false
-			if w.idle != nil {
-				close(w.idle)
-				w.idle = nil
-			}
+			w.idleLocked()
 			w.mu.Unlock()
 			return
 		}
 		w.mu.Unlock()
-		evs = evs[:0]
-		for i := range batch {
-			it := &batch[i]
-			if it.delta {
-				text := it.text
-				if it.more != nil {
-					text = string(it.more)
-				}
-				it.ev = rein.NewEvent(rein.EventMessageDelta, it.run, rein.MessageDeltaPayload{RunID: it.run, Step: it.step, Text: text})
-			}
-			evs = append(evs, it.ev)
-		}
+		evs = encodeBatch(evs[:0], batch)
 		// Events the run produced must be written even if the run is being
 		// cancelled, so the append does not take the run's context. It has
 		// no deadline of its own either: a timer per batch was a tenth of

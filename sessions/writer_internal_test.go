@@ -288,3 +288,127 @@ func TestWriterBurstGoesToADrain(t *testing.T) {
 		t.Fatalf("deltas appended %q, want [a bc]: the ones queued behind the held append coalesce", texts)
 	}
 }
+
+// asyncLog is an event log that takes appends without a waiter
+// (store.AsyncAppender) and answers each only when the test says so, from
+// a goroutine of its own as a store's writer would.
+type asyncLog struct {
+	store.EventLog
+	sent    chan asyncAppend // every append handed over (buffered)
+	syncs   chan struct{}    // an AppendEvents call, which must not happen (buffered)
+	answers sync.WaitGroup
+}
+
+type asyncAppend struct {
+	evs    []rein.Event
+	answer func(err error) // appends to the log unless err, then calls then
+}
+
+func (a *asyncLog) AppendEvents(ctx context.Context, key rein.SessionKey, f store.Fence, evs []rein.Event) ([]rein.Event, error) {
+	a.syncs <- struct{}{}
+	return a.EventLog.AppendEvents(ctx, key, f, evs)
+}
+
+func (a *asyncLog) AppendEventsAsync(key rein.SessionKey, f store.Fence, evs []rein.Event, then func([]rein.Event, error)) {
+	own := slices.Clone(evs) // the caller may reuse evs once this returns
+	a.sent <- asyncAppend{evs: own, answer: func(err error) {
+		a.answers.Add(1)
+		go func() {
+			defer a.answers.Done()
+			if err != nil {
+				then(nil, err)
+				return
+			}
+			then(a.EventLog.AppendEvents(context.Background(), key, f, own))
+		}()
+	}}
+}
+
+// On a store that takes appends without a waiter, the writer hands it one
+// batch at a time, with no goroutine of its own waiting: what is emitted
+// while a batch is in flight queues (deltas of a step coalescing), goes
+// as the next batch once the store answers, and Flush returns only when
+// everything is answered.
+func TestWriterHandsBatchesToAnAsyncStore(t *testing.T) {
+	st := memory.New()
+	ctx := context.Background()
+	sess := &store.Session{Owner: "o", ID: "ses_async"}
+	if err := st.CreateSession(ctx, sess); err != nil {
+		t.Fatal(err)
+	}
+	a := &asyncLog{EventLog: st, sent: make(chan asyncAppend, 8), syncs: make(chan struct{}, 8)}
+	w := newWriter(a, sess.Key(), nil)
+	if w.async == nil {
+		t.Fatal("the writer did not take the store as asynchronous")
+	}
+	must := func(err error) {
+		t.Helper()
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	must(w.EmitDelta(ctx, "run_a", 1, "one"))
+	// Handed over before EmitDelta returned: no goroutine in between.
+	first := <-a.sent
+	must(w.EmitDelta(ctx, "run_a", 1, " two"))
+	must(w.EmitDelta(ctx, "run_a", 1, " three"))
+	must(w.Emit(ctx, rein.NewEvent(rein.EventStepRestarted, "run_a", rein.StepRestartedPayload{RunID: "run_a", Step: 1, Attempt: 2})))
+	select {
+	case b := <-a.sent:
+		t.Fatalf("a second batch (%d events) was sent while the first was in flight", len(b.evs))
+	default:
+	}
+	flushed := make(chan error, 1)
+	go func() { flushed <- w.Flush(ctx) }()
+	first.answer(nil)
+	second := <-a.sent
+	if len(second.evs) != 2 {
+		t.Fatalf("second batch has %d events, want the coalesced delta and the restart", len(second.evs))
+	}
+	select {
+	case err := <-flushed:
+		t.Fatalf("Flush returned (%v) with a batch in flight", err)
+	default:
+	}
+	second.answer(nil)
+	must(<-flushed)
+	a.answers.Wait()
+
+	evs, _, err := st.ReadEvents(ctx, sess.Key(), 0, 100)
+	must(err)
+	var texts []string
+	for _, e := range evs {
+		if e.Type == rein.EventMessageDelta {
+			var p rein.MessageDeltaPayload
+			must(e.DecodePayload(&p))
+			texts = append(texts, p.Text)
+		} else {
+			texts = append(texts, string(e.Type))
+		}
+	}
+	if want := []string{"one", " two three", string(rein.EventStepRestarted)}; !slices.Equal(texts, want) {
+		t.Fatalf("log %q, want %q", texts, want)
+	}
+	if len(a.syncs) != 0 {
+		t.Fatalf("%d appends went through AppendEvents", len(a.syncs))
+	}
+
+	// A failed batch is reported by the next Flush and Emit, and what
+	// queued behind it is not sent.
+	must(w.EmitDelta(ctx, "run_a", 2, "x"))
+	failing := <-a.sent
+	must(w.EmitDelta(ctx, "run_a", 2, "y"))
+	failing.answer(rein.ErrNotFound)
+	if err := w.Flush(ctx); err == nil {
+		t.Fatal("Flush after a failed asynchronous append: no error")
+	}
+	a.answers.Wait()
+	if err := w.EmitDelta(ctx, "run_a", 2, "z"); err == nil {
+		t.Fatal("EmitDelta after a failed asynchronous append: no error")
+	}
+	select {
+	case b := <-a.sent:
+		t.Fatalf("a batch of %d events was sent after a failed one", len(b.evs))
+	default:
+	}
+}

@@ -1,5 +1,7 @@
 package store
 
+import "github.com/reinhq/rein"
+
 // Backlog is an optional capability (found by type assertion) of a backend
 // whose writes wait in a queue for a writer (SQLite's single writer, the
 // PostgreSQL append writers): how many wait now, and how many the queue
@@ -24,4 +26,22 @@ type Backlog interface {
 type Immediate interface {
 	// Immediate reports whether the store's writes complete without I/O.
 	Immediate() bool
+}
+
+// AsyncAppender is the capability of a store whose appends are made by a
+// writer goroutine of its own (SQLite's single writer): a caller that
+// would otherwise start a goroutine only to wait for an append hands the
+// append over and goes on. A run's event writer does: a goroutine per
+// batch of deltas, parked until its commit, was a cost of every streamed
+// event.
+type AsyncAppender interface {
+	// AppendEventsAsync is AppendEvents without waiting: it validates and
+	// copies evs before it returns (the caller may reuse them), queues the
+	// append, and calls then exactly once with what AppendEvents would
+	// have returned, once the events are durable or the append failed —
+	// also when the store closes first. The append has no deadline but
+	// the store's own bounds. then runs on the store's writer goroutine:
+	// it must return quickly and must not call the store; ownership of
+	// the events it gets passes to it.
+	AppendEventsAsync(key rein.SessionKey, fence Fence, evs []rein.Event, then func([]rein.Event, error))
 }

@@ -2,7 +2,10 @@ package sqlite
 
 import "github.com/reinhq/rein/store"
 
-var _ store.Backlog = (*Store)(nil)
+var (
+	_ store.Backlog       = (*Store)(nil)
+	_ store.AsyncAppender = (*Store)(nil)
+)
 
 // Backlog implements store.Backlog: the operations waiting for the writer
 // goroutine. A caller beyond the queue's capacity blocks in submit and is

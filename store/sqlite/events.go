@@ -202,6 +202,32 @@ func (s *Store) AppendEvents(ctx context.Context, key rein.SessionKey, fence sto
 	return out, nil
 }
 
+// AppendEventsAsync implements store.AsyncAppender: AppendEvents with the
+// append queued to the writer and its answer given to then.
+func (s *Store) AppendEventsAsync(key rein.SessionKey, fence store.Fence, evs []rein.Event, then func([]rein.Event, error)) {
+	out, err := prepareEvents(key, evs)
+	if err != nil {
+		then(nil, err)
+		return
+	}
+	o := &op{ctx: context.Background(), doing: "appending events", atomic: len(out) <= insertChunk}
+	o.fn = func(tx *wtx) error {
+		si, err := tx.fenced(key, fence)
+		if err != nil {
+			return err
+		}
+		return tx.appendEvents(key, si, out)
+	}
+	o.then = func(err error) {
+		if err != nil {
+			then(nil, err)
+			return
+		}
+		then(out, nil)
+	}
+	s.submitAsync(o)
+}
+
 // prepareEvents validates and copies evs and fills in what does not
 // depend on the log (session id, event id, normalised time), so the
 // writer only numbers and inserts them.

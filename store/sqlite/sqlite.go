@@ -74,9 +74,12 @@ type Store struct {
 	// inserts, kept between them (empty between uses).
 	insertArgs []any
 
-	ops       chan *op
-	closing   chan struct{} // closed by Close: stop taking work, wake waiters
-	stopped   chan struct{} // closed by the writer goroutine when it exits
+	ops     chan *op
+	closing chan struct{} // closed by Close: stop taking work, wake waiters
+	stopped chan struct{} // closed by the writer goroutine when it exits
+	// asyncMu is read-held while an operation nobody waits for is
+	// queued, and held by the writer for its last drain (submitAsync).
+	asyncMu   sync.RWMutex
 	closeOnce sync.Once
 	closeErr  error
 

@@ -35,8 +35,11 @@ type op struct {
 	atomic bool
 	// raw marks an operation whose function's error is returned to the
 	// caller as it is rather than mapped (Update: fn's own error).
-	raw   bool
-	done  chan error // buffered: the writer never blocks answering
+	raw  bool
+	done chan error // buffered: the writer never blocks answering
+	// then, if set, is called with the answer instead of sending it on
+	// done (an append nobody waits for, AppendEventsAsync).
+	then  func(error)
 	wakes []rein.SessionKey
 	// appended are the events the operation appended, for the log tails
 	// (tail.go) once they are committed; forget names sessions whose
@@ -135,6 +138,29 @@ func (s *Store) write(ctx context.Context, doing string, fn func(tx *wtx) error)
 // savepoint (see op.atomic).
 func (s *Store) writeAtomic(ctx context.Context, doing string, fn func(tx *wtx) error) error {
 	return s.submit(&op{ctx: ctx, doing: doing, fn: fn, atomic: true, done: make(chan error, 1)})
+}
+
+// submitAsync queues an operation nobody waits for: its then gets the
+// answer, from the writer, or from here when the store is closing. The
+// read lock orders it against the writer's last drain of the queue
+// (stop): an operation queued before that drain is answered by it, one
+// that comes after finds the store closing.
+func (s *Store) submitAsync(o *op) {
+	s.asyncMu.RLock()
+	select {
+	case <-s.closing:
+		s.asyncMu.RUnlock()
+		o.then(errClosed(s.file))
+		return
+	default:
+	}
+	select {
+	case s.ops <- o:
+		s.asyncMu.RUnlock()
+	case <-s.closing:
+		s.asyncMu.RUnlock()
+		o.then(errClosed(s.file))
+	}
 }
 
 func (s *Store) submit(o *op) error {
@@ -329,7 +355,12 @@ func (s *Store) writer() {
 		case o := <-s.ops:
 			batch = append(batch, o)
 		case <-s.closing:
+			// Queuers without a waiter (submitAsync) are let finish,
+			// which they do at once now that the store is closing, so
+			// none of their operations is left in the queue unanswered.
+			s.asyncMu.Lock()
 			s.failQueued()
+			s.asyncMu.Unlock()
 			return
 		}
 		// Callers answered by the last commit are runnable but may not
@@ -380,7 +411,7 @@ func (s *Store) failQueued() {
 	for {
 		select {
 		case o := <-s.ops:
-			o.done <- errClosed(s.file)
+			o.reply(errClosed(s.file))
 		default:
 			return
 		}
@@ -395,11 +426,11 @@ func (s *Store) runBatch(batch []*op) (full bool) {
 	for _, o := range batch {
 		if err := o.ctx.Err(); err != nil {
 			o.state.CompareAndSwap(opPending, opAbandoned)
-			o.done <- err
+			o.reply(err)
 			continue
 		}
 		if !o.state.CompareAndSwap(opPending, opTaken) {
-			o.done <- o.ctx.Err()
+			o.reply(o.ctx.Err())
 			continue
 		}
 		live = append(live, o)
@@ -547,8 +578,17 @@ func (s *Store) answer(live []*op, results []error) {
 				s.waiters.publish(key)
 			}
 		}
-		o.done <- results[i]
+		o.reply(results[i])
 	}
+}
+
+// reply answers the operation's caller.
+func (o *op) reply(err error) {
+	if o.then != nil {
+		o.then(err)
+		return
+	}
+	o.done <- err
 }
 
 // notifier wakes WaitEvents callers of a session when the writer commits
