@@ -202,7 +202,10 @@ func (w *writer) start(burst bool) {
 
 // sendLocked hands the queue to the store as one append (async), or ends
 // the drain when nothing is left. Called with mu held and the drain
-// running; unlocks mu.
+// running; unlocks mu. Handing over waits only while the store's queue is
+// full (thousands of operations behind; admission control refuses new
+// runs and sessions meanwhile): the caller — the run — then waits for the
+// store, as a drain goroutine would have.
 func (w *writer) sendLocked() {
 	batch := w.queue
 	w.queue, w.spare = w.spare[:0], nil
