@@ -386,10 +386,10 @@ func (s *Server) listEvents(w http.ResponseWriter, r *http.Request) {
 // writeEventPage answers a page of the log: what writeJSON writes for
 // {"events": evs, "last_seq": last}, with each event written by
 // rein.Event.AppendJSON rather than through encoding/json (a reader
-// catching up reads thousands). One difference: a payload nested within
-// three levels of encoding/json's limit of 10,000 made writeJSON's own
-// check of the page fail (a 500); it is served here, as the event stream
-// serves it.
+// catching up reads thousands). One difference: a payload nested to
+// encoding/json's depth limit (10,000 levels) made writeJSON's check of
+// the event it encoded, one level deeper, fail (a 500); it is served here,
+// as the event stream serves it.
 func writeEventPage(w http.ResponseWriter, evs []rein.Event, last int64) {
 	buf := make([]byte, 0, 64+256*len(evs))
 	buf = append(buf, `{"events":[`...)
