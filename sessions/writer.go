@@ -207,15 +207,12 @@ func (w *writer) start(burst bool) {
 // runs and sessions meanwhile): the caller — the run — then waits for the
 // store, as a drain goroutine would have.
 func (w *writer) sendLocked() {
-	batch := w.queue
-	w.queue, w.spare = w.spare[:0], nil
-	if len(batch) == 0 || w.err != nil {
-		w.idleLocked()
-		w.mu.Unlock()
-		return
-	}
+	batch := w.takeLocked()
 	fence := w.fence
 	w.mu.Unlock()
+	if batch == nil {
+		return
+	}
 	w.inflight = batch
 	w.evs = encodeBatch(w.evs[:0], batch)
 	// Events the run produced must be written even if the run is being
@@ -236,12 +233,7 @@ func (w *writer) onAppended(_ []rein.Event, err error) {
 	clear(batch)
 	clear(w.evs)
 	w.mu.Lock()
-	if err != nil && w.err == nil {
-		w.err = err
-	}
-	if w.spare == nil {
-		w.spare = batch[:0]
-	}
+	w.appendedLocked(batch, err)
 	if len(w.queue) == 0 || w.err != nil {
 		w.idleLocked()
 		w.mu.Unlock()
@@ -255,6 +247,30 @@ func (w *writer) onAppended(_ []rein.Event, err error) {
 func (w *writer) sendNext() {
 	w.mu.Lock()
 	w.sendLocked()
+}
+
+// takeLocked takes the queue as the next batch to append, or ends the
+// drain (idleLocked) and returns nil when nothing is left or an append
+// failed. Called with mu held.
+func (w *writer) takeLocked() []item {
+	batch := w.queue
+	w.queue, w.spare = w.spare[:0], nil
+	if len(batch) == 0 || w.err != nil {
+		w.idleLocked()
+		return nil
+	}
+	return batch
+}
+
+// appendedLocked records a batch's append: the first error, and the
+// batch's array (cleared) for the next batch. Called with mu held.
+func (w *writer) appendedLocked(batch []item, err error) {
+	if err != nil && w.err == nil {
+		w.err = err
+	}
+	if w.spare == nil {
+		w.spare = batch[:0]
+	}
 }
 
 // idleLocked ends a drain: nothing is in flight, and a Flush waiting for
@@ -301,15 +317,12 @@ func (w *writer) drain() {
 	var evs []rein.Event
 	for {
 		w.mu.Lock()
-		batch := w.queue
-		w.queue, w.spare = w.spare[:0], nil
+		batch := w.takeLocked()
 		fence := w.fence
-		if len(batch) == 0 || w.err != nil {
-			w.idleLocked()
-			w.mu.Unlock()
+		w.mu.Unlock()
+		if batch == nil {
 			return
 		}
-		w.mu.Unlock()
 		evs = encodeBatch(evs[:0], batch)
 		// Events the run produced must be written even if the run is being
 		// cancelled, so the append does not take the run's context. It has
@@ -325,12 +338,7 @@ func (w *writer) drain() {
 		clear(batch)
 		clear(evs)
 		w.mu.Lock()
-		if err != nil && w.err == nil {
-			w.err = err
-		}
-		if w.spare == nil {
-			w.spare = batch[:0]
-		}
+		w.appendedLocked(batch, err)
 		w.mu.Unlock()
 	}
 }
