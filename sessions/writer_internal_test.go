@@ -2,6 +2,7 @@ package sessions
 
 import (
 	"context"
+	"errors"
 	"slices"
 	"sync"
 	"testing"
@@ -358,6 +359,16 @@ func TestWriterHandsBatchesToAnAsyncStore(t *testing.T) {
 		t.Fatalf("a second batch (%d events) was sent while the first was in flight", len(b.evs))
 	default:
 	}
+	// Flush waits for the batch in flight: bounded, it runs out.
+	mustWait := func(what string) {
+		t.Helper()
+		short, cancel := context.WithTimeout(ctx, 20*time.Millisecond)
+		defer cancel()
+		if err := w.Flush(short); !errors.Is(err, context.DeadlineExceeded) {
+			t.Fatalf("Flush with %s: %v, want it to wait until its deadline", what, err)
+		}
+	}
+	mustWait("the first batch in flight")
 	flushed := make(chan error, 1)
 	go func() { flushed <- w.Flush(ctx) }()
 	first.answer(nil)
@@ -370,6 +381,7 @@ func TestWriterHandsBatchesToAnAsyncStore(t *testing.T) {
 		t.Fatalf("Flush returned (%v) with a batch in flight", err)
 	default:
 	}
+	mustWait("the second batch in flight")
 	second.answer(nil)
 	must(<-flushed)
 	a.answers.Wait()
