@@ -77,18 +77,17 @@ func (e Event) MarshalJSON() ([]byte, error) {
 }
 
 // AppendJSON appends to b what MarshalJSON returns. Event streams write
-// every event they send this way, so the common case — identifiers of
-// plain ASCII, a payload already compact and free of what encoding/json
-// escapes for HTML — is written directly, byte for byte what
-// encoding/json writes, without its reflection and allocations; anything
-// else goes through encoding/json.
+// every event they send this way, so the common case — a payload already
+// compact and free of what encoding/json escapes for HTML — is written
+// directly, byte for byte what encoding/json writes, without its
+// reflection and allocations; any other payload goes through
+// encoding/json.
 func (e Event) AppendJSON(b []byte) ([]byte, error) {
 	payload := e.Payload
 	if len(bytes.TrimSpace(payload)) == 0 {
 		payload = json.RawMessage("{}")
 	}
-	if !plainJSONString(e.ID) || !plainJSONString(e.SessionID) || !plainJSONString(e.RunID) ||
-		!plainJSONString(string(e.Type)) || !compactJSON(payload) || !jsonx.Valid(payload) {
+	if !compactJSON(payload) || !jsonx.Valid(payload) {
 		j := eventJSON{Seq: e.Seq, ID: e.ID, SessionID: e.SessionID, Type: e.Type, Payload: payload, CreatedAt: FormatTime(e.CreatedAt)}
 		if e.RunID != "" {
 			// A copy: a pointer into e would move e to the heap on every call.
@@ -103,19 +102,19 @@ func (e Event) AppendJSON(b []byte) ([]byte, error) {
 	}
 	b = append(b, `{"seq":`...)
 	b = strconv.AppendInt(b, e.Seq, 10)
-	b = append(b, `,"id":"`...)
-	b = append(b, e.ID...)
-	b = append(b, `","session_id":"`...)
-	b = append(b, e.SessionID...)
+	b = append(b, `,"id":`...)
+	b = jsonx.AppendString(b, e.ID)
+	b = append(b, `,"session_id":`...)
+	b = jsonx.AppendString(b, e.SessionID)
 	if e.RunID == "" {
-		b = append(b, `","run_id":null,"type":"`...)
+		b = append(b, `,"run_id":null`...)
 	} else {
-		b = append(b, `","run_id":"`...)
-		b = append(b, e.RunID...)
-		b = append(b, `","type":"`...)
+		b = append(b, `,"run_id":`...)
+		b = jsonx.AppendString(b, e.RunID)
 	}
-	b = append(b, e.Type...)
-	b = append(b, `","payload":`...)
+	b = append(b, `,"type":`...)
+	b = jsonx.AppendString(b, string(e.Type))
+	b = append(b, `,"payload":`...)
 	b = append(b, payload...)
 	b = append(b, `,"created_at":"`...)
 	b = e.CreatedAt.UTC().AppendFormat(b, TimeFormat)
@@ -137,19 +136,6 @@ func (e *Event) UnmarshalJSON(b []byte) error {
 		e.RunID = *j.RunID
 	}
 	return nil
-}
-
-// plainJSONString reports whether encoding/json writes s as it is between
-// quotes: printable ASCII with nothing it escapes (quote, backslash, and
-// <, > and & for HTML).
-func plainJSONString(s string) bool {
-	for i := 0; i < len(s); i++ {
-		switch c := s[i]; {
-		case c < 0x20 || c >= 0x7f, c == '"', c == '\\', c == '<', c == '>', c == '&':
-			return false
-		}
-	}
-	return true
 }
 
 // compactJSON reports whether encoding/json would write the JSON text p
