@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"fmt"
+	"html"
 	"math"
 )
 
@@ -32,7 +33,7 @@ func chart(bySessions, byChunks []Point, base int) []byte {
 			return float64(x0+left) + (math.Log10(float64(v))-lo)/(hi-lo)*float64(plotW)
 		}
 		py := func(us float64) float64 { return float64(top+plotH) - us/ymax*float64(plotH) }
-		fmt.Fprintf(&b, `<text x="%d" y="%d" font-weight="bold">%s</text>`+"\n", x0+left, top-15, esc(title))
+		fmt.Fprintf(&b, `<text x="%d" y="%d" font-weight="bold">%s</text>`+"\n", x0+left, top-15, html.EscapeString(title))
 		// Axes, y grid and labels.
 		for y := 0.0; y <= ymax; y += ymax / 5 {
 			fmt.Fprintf(&b, `<line x1="%d" y1="%.1f" x2="%d" y2="%.1f" stroke="#e5e5e5"/>`+"\n", x0+left, py(y), x0+left+plotW, py(y))
@@ -40,7 +41,7 @@ func chart(bySessions, byChunks []Point, base int) []byte {
 		}
 		fmt.Fprintf(&b, `<line x1="%d" y1="%d" x2="%d" y2="%d" stroke="black"/>`+"\n", x0+left, top+plotH, x0+left+plotW, top+plotH)
 		fmt.Fprintf(&b, `<line x1="%d" y1="%d" x2="%d" y2="%d" stroke="black"/>`+"\n", x0+left, top, x0+left, top+plotH)
-		fmt.Fprintf(&b, `<text x="%d" y="%d" text-anchor="middle">%s</text>`+"\n", x0+left+plotW/2, h-15, esc(xlabel))
+		fmt.Fprintf(&b, `<text x="%d" y="%d" text-anchor="middle">%s</text>`+"\n", x0+left+plotW/2, h-15, html.EscapeString(xlabel))
 		fmt.Fprintf(&b, `<text transform="translate(%d %d) rotate(-90)" text-anchor="middle">server CPU per event (µs)</text>`+"\n", x0+15, top+plotH/2)
 		// The target.
 		fmt.Fprintf(&b, `<line x1="%d" y1="%.1f" x2="%d" y2="%.1f" stroke="#c0392b" stroke-dasharray="6 4"/>`+"\n", x0+left, py(50), x0+left+plotW, py(50))
@@ -64,21 +65,4 @@ func chart(bySessions, byChunks []Point, base int) []byte {
 	draw(panel+40, fmt.Sprintf("by events per run (%d sessions)", base), "deltas per run (log scale)", byChunks, func(p Point) int { return p.Chunks })
 	b.WriteString("</svg>\n")
 	return b.Bytes()
-}
-
-func esc(s string) string {
-	var b bytes.Buffer
-	for _, r := range s {
-		switch r {
-		case '<':
-			b.WriteString("&lt;")
-		case '>':
-			b.WriteString("&gt;")
-		case '&':
-			b.WriteString("&amp;")
-		default:
-			b.WriteRune(r)
-		}
-	}
-	return b.String()
 }
