@@ -196,11 +196,14 @@ func viewBatch(body []byte) batchView {
 		return v
 	}
 	for _, it := range v.items {
-		var ev struct {
-			Type any `json:"type"`
+		// The key "type" exactly, as the server reads it: a struct field
+		// would also take "Type" or "tYpe" (encoding/json matches keys
+		// without regard to case), which the server ignores as unknown.
+		var ev map[string]json.RawMessage
+		var s string
+		if json.Unmarshal(it, &ev) == nil {
+			_ = json.Unmarshal(ev["type"], &s)
 		}
-		_ = json.Unmarshal(it, &ev)
-		s, _ := ev.Type.(string)
 		v.types = append(v.types, s)
 	}
 	return v
