@@ -126,8 +126,11 @@ func TestOverloadAnswers503Quickly(t *testing.T) {
 		if secs, err := strconv.Atoi(r.header.Get("Retry-After")); err != nil || secs < 1 {
 			t.Errorf("Retry-After = %q, want whole seconds ≥ 1", r.header.Get("Retry-After"))
 		}
-		if took > 100*time.Millisecond {
-			t.Errorf("the refusal took %s, want < 100 ms", took)
+		// The store holds every admission until the test's timeout, so a
+		// refusal that waited for a slot would take that long: a second
+		// tells the two apart even on a loaded CI machine under -race.
+		if took > time.Second {
+			t.Errorf("the refusal took %s, want < 1 s", took)
 		}
 		msg := r.json(t)["error"].(map[string]any)["message"].(string)
 		if want := "the server is overloaded"; len(msg) < len(want) || msg[:len(want)] != want {

@@ -53,6 +53,9 @@ type writer struct {
 	// appends are made: its deltas coalesce on a drain goroutine).
 	deltaAt time.Time
 	burst   bool
+	// clock, when set, stands for time.Now in noteDelta: a test that
+	// makes a burst must not depend on how soon its goroutine runs.
+	clock func() time.Time
 	// async: the store takes appends without a waiter
 	// (store.AsyncAppender), so a batch is handed to it rather than to a
 	// drain goroutine that would wait for its commit; appended is its
@@ -163,7 +166,12 @@ func (w *writer) addDelta(runID string, step int, text string) {
 // noteDelta records that a delta was queued now (deltaAt, burst). Called
 // with mu held, on an immediate store only.
 func (w *writer) noteDelta() {
-	now := time.Now()
+	var now time.Time
+	if w.clock != nil {
+		now = w.clock()
+	} else {
+		now = time.Now()
+	}
 	// A run's first delta is never a burst: it is appended at once, so
 	// the first text reaches readers without a hand-off.
 	w.burst = !w.deltaAt.IsZero() && now.Sub(w.deltaAt) < deltaBurst

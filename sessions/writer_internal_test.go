@@ -247,10 +247,14 @@ func TestWriterBurstGoesToADrain(t *testing.T) {
 	if !w.inline {
 		t.Fatal("the writer does not see an immediate store")
 	}
+	// Every delta is queued at the instant the one before was: however
+	// late the goroutine below runs, each is a burst.
+	at := time.Now()
+	w.clock = func() time.Time { return at }
 	burst := func(text string) {
 		t.Helper()
 		w.mu.Lock()
-		w.deltaAt = time.Now() // the delta before came just now
+		w.deltaAt = at // the delta before came just now
 		w.mu.Unlock()
 		done := make(chan error, 1)
 		go func() { done <- w.EmitDelta(ctx, "run_a", 1, text) }()
