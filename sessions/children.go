@@ -142,7 +142,7 @@ func (s *Service) LogEvent(ctx context.Context, key rein.SessionKey, ev rein.Eve
 func (s *Service) Notice(ctx context.Context, key rein.SessionKey, noticeID, text string, ev rein.Event) (waiting bool, err error) {
 	err = s.life.update(ctx, key, store.Fence{}, func(tx store.Tx) error {
 		sup, created, err := tx.PushSupplement(&store.Supplement{Owner: key.Owner, SessionID: key.ID, ID: noticeID, Text: text,
-			Source: "subagent", Status: store.SupplementQueued, CreatedAt: tx.Now()})
+			Source: noticeSource, Status: store.SupplementQueued, CreatedAt: tx.Now()})
 		if err != nil {
 			return err
 		}
@@ -161,6 +161,40 @@ func (s *Service) Notice(ctx context.Context, key rein.SessionKey, noticeID, tex
 	}
 	return waiting, err
 }
+
+// QueuedNotices returns the subagent notices in key's inbox that no step
+// has taken yet, oldest first: what a parent's run left unread when it
+// ended. One read when the inbox is empty, which is nearly always.
+func (s *Service) QueuedNotices(ctx context.Context, key rein.SessionKey) ([]*store.Supplement, error) {
+	n, err := s.st.PendingSupplements(ctx, key)
+	if err != nil || n == 0 {
+		return nil, err
+	}
+	var out []*store.Supplement
+	err = s.life.update(ctx, key, store.Fence{}, func(tx store.Tx) error {
+		out = out[:0]
+		sups, err := tx.QueuedSupplements()
+		if err != nil {
+			return err
+		}
+		for _, sup := range sups {
+			if sup.Source == noticeSource {
+				out = append(out, sup)
+			}
+		}
+		return errNothing // a read: nothing to write
+	})
+	if errors.Is(err, errNothing) {
+		err = nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+// noticeSource is the source of a subagent notice in a parent's inbox.
+const noticeSource = "subagent"
 
 // runEnded tells Config.OnRunEnd about a run whose end is recorded.
 func (s *Service) runEnded(key rein.SessionKey, runID string, status rein.RunStatus, reason rein.Reason, reply *string) {

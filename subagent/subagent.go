@@ -68,8 +68,10 @@ type Options struct {
 	Logger *slog.Logger
 	// WakeParents: a background child's settlement starts a run of its
 	// parent when the parent is idle, so the parent reacts to the notice
-	// at once instead of at its next message (docs/api.md). Off, an idle
-	// parent is never started by a notice.
+	// at once instead of at its next message (docs/api.md); a parent busy
+	// at the time is woken when its run ends if the notice is still
+	// unread then (wakeForUnread). Off, an idle parent is never started by
+	// a notice.
 	WakeParents bool
 	// Agents are the configured agents a model may name as a child's
 	// (spawn_agent's "agent"), first the default; empty: a child runs its
@@ -540,10 +542,15 @@ func (m *Manager) OnRunEnd(ctx context.Context, end sessions.RunEnd) {
 	if end.ParentKnown && end.Parent == "" {
 		// A root session's run, as the service knew without a read (most
 		// runs): nothing to settle.
+		m.wakeForUnread(ctx, svc, end)
 		return
 	}
 	info, err := svc.GetSession(ctx, end.Session)
-	if err != nil || info.ParentID == "" {
+	if err != nil {
+		return
+	}
+	if info.ParentID == "" {
+		m.wakeForUnread(ctx, svc, end)
 		return
 	}
 	if _, err := svc.Flush(ctx, end.Session); err != nil {
@@ -595,6 +602,9 @@ func (m *Manager) wakeParent(ctx context.Context, svc *sessions.Service, parent 
 	res, err := svc.SendMessage(ctx, parent, sessions.MessageRequest{Text: text, ClientID: "wake_" + strings.TrimPrefix(end.RunID, "run_")})
 	switch {
 	case errors.Is(err, rein.ErrSessionBusy):
+		// The running step reads the notice, or the run's end finds it
+		// unread and wakes the parent then (wakeForUnread).
+		m.log.Debug("a parent busy at a subagent notice", "parent", parent.String(), "child", end.Session.ID, "task", end.RunID)
 		return
 	case rein.CodeOf(err) == rein.CodeUnavailable:
 		// Shutting down or overloaded: the notice waits for the parent's
@@ -604,6 +614,57 @@ func (m *Manager) wakeParent(ctx context.Context, svc *sessions.Service, parent 
 		m.log.Warn("wake a parent for a subagent notice", "parent", parent.String(), "child", end.Session.ID, "err", err)
 	case !res.Repeat:
 		m.log.Debug("woke a parent for a subagent notice", "parent", parent.String(), "child", end.Session.ID, "run", res.RunID)
+	}
+}
+
+// wakeForUnread wakes a root session whose run has just ended with a
+// subagent notice still unread (Options.WakeParents). Such a notice came
+// while the parent was busy, so its own wake was refused, and the run then
+// ended without another step to read it: the step limit, an error, or a
+// notice that landed after the last step had read the inbox. The parent is
+// idle now, so it is woken as it would have been had the notice come now:
+// the same input and client id as the notice's own wake (one run, however
+// many times either is tried), and the notice reaches its first step. It
+// is read from the store, so the end of a run on one instance finds a
+// notice delivered by another. Not after a stop of the run (cancel or
+// interrupt: starting the parent again would undo it), and not for the
+// notice of a cancelled activation, as at settlement.
+func (m *Manager) wakeForUnread(ctx context.Context, svc *sessions.Service, end sessions.RunEnd) {
+	if !m.wake || end.Status == rein.StatusCancelled || end.Reason == rein.ReasonCancelled || end.Reason == rein.ReasonInterrupted {
+		return
+	}
+	notices, err := svc.QueuedNotices(ctx, end.Session)
+	if err != nil {
+		m.log.Warn("read a parent's unread subagent notices", "parent", end.Session.String(), "err", err)
+		return
+	}
+	if len(notices) == 0 {
+		return
+	}
+	kids, err := svc.ListChildren(ctx, end.Session)
+	if err != nil {
+		m.log.Warn("list a parent's children for an unread notice", "parent", end.Session.String(), "err", err)
+		return
+	}
+	for _, n := range notices {
+		task := "run_" + strings.TrimPrefix(n.ID, "ntc_")
+		for _, k := range kids {
+			r, err := svc.GetRun(ctx, k.Key(), task)
+			if err != nil {
+				continue
+			}
+			if r.Reason == rein.ReasonCancelled {
+				break // its note waits for the parent's next message
+			}
+			label := k.ID
+			if k.Subagent != nil && k.Subagent.Label != "" {
+				label = k.Subagent.Label
+			}
+			// The woken run's first step reads every queued notice: one
+			// wake is enough.
+			m.wakeParent(ctx, svc, end.Session, label, sessions.RunEnd{Session: k.Key(), RunID: task})
+			return
+		}
 	}
 }
 

@@ -2,13 +2,20 @@ package subagent_test
 
 import (
 	"context"
+	"log/slog"
 	"strings"
+	"sync"
 	"testing"
+	"time"
 
 	"github.com/reinhq/rein"
+	"github.com/reinhq/rein/agent"
+	"github.com/reinhq/rein/model/scripted"
 	"github.com/reinhq/rein/sessions"
+	"github.com/reinhq/rein/store"
 	"github.com/reinhq/rein/store/storetest"
 	"github.com/reinhq/rein/subagent"
+	"github.com/reinhq/rein/tool"
 )
 
 // With WakeParents, a background child's end starts a run of its idle
@@ -179,4 +186,147 @@ func TestWakeOnlyRootParents(t *testing.T) {
 	}
 	// The root itself was woken for its child, as a root is.
 	w.waitEvent(root, "the root's wake", isType(rein.EventUserMessage, ""))
+}
+
+// logSignal is a log handler that closes seen at the first record whose
+// message is msg: a test waits for what the manager did without sleeping.
+type logSignal struct {
+	msg  string
+	once sync.Once
+	seen chan struct{}
+}
+
+func newLogSignal(msg string) *logSignal { return &logSignal{msg: msg, seen: make(chan struct{})} }
+
+func (l *logSignal) Enabled(context.Context, slog.Level) bool { return true }
+func (l *logSignal) Handle(_ context.Context, r slog.Record) error {
+	if r.Message == l.msg {
+		l.once.Do(func() { close(l.seen) })
+	}
+	return nil
+}
+func (l *logSignal) WithAttrs([]slog.Attr) slog.Handler { return l }
+func (l *logSignal) WithGroup(string) slog.Handler      { return l }
+
+func (l *logSignal) wait(t *testing.T, what string) {
+	t.Helper()
+	select {
+	case <-l.seen:
+	case <-time.After(10 * time.Second):
+		t.Fatalf("never logged: %s", what)
+	}
+}
+
+// oneStepWorld is a world whose agent makes one model request per run
+// (MaxSteps 1): a parent that holds in its tool ends at the step limit
+// when released, without another step to read its inbox.
+func oneStepWorld(t *testing.T, st store.Store, opts subagent.Options) *world {
+	t.Helper()
+	hold := newHold()
+	m, err := scripted.Open(script)
+	if err != nil {
+		t.Fatal(err)
+	}
+	reg, err := tool.NewRegistry(tool.RegistryOptions{}, hold)
+	if err != nil {
+		t.Fatal(err)
+	}
+	loop, err := agent.New(agent.Config{Model: m, Tools: reg, MaxSteps: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return newWorld(t, st, opts, hold, func(c *sessions.Config) {
+		c.Agents = map[string]*sessions.Agent{sessions.DefaultAgent: {Loop: loop}}
+	})
+}
+
+// A notice that finds its parent busy is refused its wake; if the
+// parent's run then ends without another step to read it (here the step
+// limit), the run's end wakes the parent for it: once, with the notice's
+// own input and client id, and the woken run's first step reads the note.
+func TestWakeAfterABusyParentEnds(t *testing.T) {
+	onBackends(t, func(t *testing.T, open opener) {
+		busy := newLogSignal("a parent busy at a subagent notice")
+		w := oneStepWorld(t, open(t), subagent.Options{WakeParents: true, Logger: slog.New(busy)})
+		ctx := context.Background()
+		parent := w.root("alice")
+		pr := w.send(parent, "hold parent")
+		w.blocked(parent, pr.RunID)
+		s := w.startChild(parent, subagent.ContinuableSpec{StartRequest: subagent.StartRequest{Prompt: "quick job", Label: "helper"}})
+		child := key("alice", s.ChildID)
+		defer dump(t, w, parent, child)
+		w.completed(child, s.TaskID)
+		w.settled(parent, s.TaskID)
+		busy.wait(t, "the notice's wake refused for a busy parent")
+
+		w.hold.release(pr.RunID)
+		end := w.completed(parent, pr.RunID)
+		if end.Reason != rein.ReasonMaxSteps {
+			t.Fatalf("the parent's run %+v, want it ended at the step limit", end)
+		}
+		msg := w.waitEvent(parent, "the wake's user.message", func(e rein.Event) bool {
+			return e.Type == rein.EventUserMessage && e.RunID != pr.RunID
+		})
+		var um rein.UserMessagePayload
+		if err := msg.DecodePayload(&um); err != nil {
+			t.Fatal(err)
+		}
+		if want := `Subagent "helper" (` + s.ChildID + `) finished its task ` + s.TaskID + `; its note follows.`; um.Text != want {
+			t.Fatalf("the wake's input %q, want %q", um.Text, want)
+		}
+		if c := w.completed(parent, msg.RunID); c.Status != rein.StatusCompleted {
+			t.Fatalf("the wake run %+v", c)
+		}
+		if got := w.reply(parent, msg.RunID); !strings.Contains(got, "hints=[Subagent ") {
+			t.Fatalf("the wake run's reply %q does not show the notice", got)
+		}
+		// The parent's end told again (as after a crash), and the wake
+		// run's own end: nothing more starts.
+		w.m.OnRunEnd(ctx, sessions.RunEnd{Session: parent, RunID: pr.RunID, Status: end.Status, Reason: end.Reason})
+		rs := w.runs(parent)
+		if len(rs) != 2 {
+			t.Fatalf("%d runs of the parent, want its own and the one wake", len(rs))
+		}
+		for _, r := range rs {
+			if r.ID == msg.RunID && r.ClientID != "wake_"+strings.TrimPrefix(s.TaskID, "run_") {
+				t.Fatalf("the wake run's client id %q", r.ClientID)
+			}
+		}
+		cons := ofType[rein.SupplementConsumedPayload](t, w.all(parent), rein.EventSupplementConsumed)
+		if len(cons) != 1 || cons[0].RunID != msg.RunID {
+			t.Fatalf("agent.supplement_consumed %+v, want one, by the wake run", cons)
+		}
+	})
+}
+
+// A parent whose run was stopped (interrupt) is not started again for a
+// note its stopped run left unread: the note waits for its next message.
+func TestWakeNotAfterAnInterruptedParent(t *testing.T) {
+	busy := newLogSignal("a parent busy at a subagent notice")
+	w := oneStepWorld(t, openMemory(t), subagent.Options{WakeParents: true, Logger: slog.New(busy)})
+	ctx := context.Background()
+	parent := w.root("alice")
+	pr := w.send(parent, "hold parent")
+	w.blocked(parent, pr.RunID)
+	s := w.startChild(parent, subagent.ContinuableSpec{StartRequest: subagent.StartRequest{Prompt: "quick job"}})
+	child := key("alice", s.ChildID)
+	defer dump(t, w, parent, child)
+	w.completed(child, s.TaskID)
+	w.settled(parent, s.TaskID)
+	busy.wait(t, "the notice's wake refused for a busy parent")
+	if _, err := w.svc.Interrupt(ctx, parent, sessions.InterruptRequest{RunID: &pr.RunID, Mode: rein.StopInterrupt}); err != nil {
+		t.Fatal(err)
+	}
+	end := w.completed(parent, pr.RunID)
+	if end.Reason != rein.ReasonInterrupted {
+		t.Fatalf("the parent's run %+v, want interrupted", end)
+	}
+	// Told synchronously, so the check below follows whatever it does.
+	w.m.OnRunEnd(ctx, sessions.RunEnd{Session: parent, RunID: pr.RunID, Status: end.Status, Reason: end.Reason})
+	if rs := w.runs(parent); len(rs) != 1 {
+		t.Fatalf("%d runs of the interrupted parent, want its own only", len(rs))
+	}
+	if n, err := w.st.PendingSupplements(ctx, parent); err != nil || n != 1 {
+		t.Fatalf("%d notes waiting (%v), want the one for the next message", n, err)
+	}
 }
