@@ -92,6 +92,10 @@ type Agent struct {
 	Confirm []string
 	// MaxSteps is the number of model requests a run may make, ≥ 1.
 	MaxSteps int
+	// Delegates are the other agents of the file its sessions may name
+	// for a child (spawn_agent's "agent"). Nil allows every agent; an
+	// empty, non-nil list none but its own, which a child may always run.
+	Delegates []string
 	// Line is the line of the agent's name in the file; 0 for an agent
 	// built from the Options.
 	Line int
@@ -101,6 +105,12 @@ type Agent struct {
 // or an entry equals the name or matches it as a path.Match glob.
 func (a *Agent) Allows(toolName string) bool {
 	return a.Tools == nil || matchAny(a.Tools, toolName)
+}
+
+// MayDelegate reports whether the agent's sessions may give a child the
+// named agent: its own, or one its Delegates allow.
+func (a *Agent) MayDelegate(name string) bool {
+	return a.Delegates == nil || name == a.Name || slices.Contains(a.Delegates, name)
 }
 
 // NeedsConfirmation reports whether a call of the tool must be confirmed

@@ -229,8 +229,10 @@ var rejections = []struct {
 	{"empty_model.yaml", 3, `agents.default.model: empty (leave it out to use --model)`},
 	{"tagged_model.yaml", 3, `agents.default.model: must be a string, got a value tagged "!env"`},
 	{"system_list.yaml", 3, `agents.default.system: must be a string, got a list`},
+	{"delegates_unknown.yaml", 3, `agents.default.delegates[1]: unknown agent "writer" (the agents of this file: default, researcher)`},
+	{"delegates_not_list.yaml", 3, `agents.default.delegates: must be a list of agent names, got "researcher"`},
 	{"agents_list.yaml", 2, `agents: must be a mapping of names, got a list`},
-	{"agent_scalar.yaml", 2, `agents.default: must be a mapping with the keys model, system, tools, confirm, max_steps, got "demo"`},
+	{"agent_scalar.yaml", 2, `agents.default: must be a mapping with the keys model, system, tools, confirm, max_steps, delegates, got "demo"`},
 	{"top_list.yaml", 1, `the configuration must be a mapping with the keys agents, mcp_servers, got a list`},
 	{"null_key.yaml", 2, `agents: keys must be names, got null`},
 	{"both_command_url.yaml", 4, `mcp_servers.calc: has both command (line 5) and url (line 6)`},
@@ -330,7 +332,7 @@ func TestSeveralProblems(t *testing.T) {
 		`testdata/several.yaml:4: agents.default.tools[0]: "sleeep" matches no tool (did you mean "sleep"?); built-in tools: ` +
 			strings.Join(builtins, ", ") + `; MCP tools are SERVER__TOOL for a configured server (both, calc, search)`,
 		`testdata/several.yaml:5: agents.default.max_steps: must be a whole number, got "many"`,
-		`testdata/several.yaml:7: agents.researcher.prompt: unknown key "prompt" (known keys: model, system, tools, confirm, max_steps)`,
+		`testdata/several.yaml:7: agents.researcher.prompt: unknown key "prompt" (known keys: model, system, tools, confirm, max_steps, delegates)`,
 		`testdata/several.yaml:10: mcp_servers.calc.command: empty: give the program and its arguments`,
 		`testdata/several.yaml:12: mcp_servers.search.url: "ftp://127.0.0.1/mcp" is not an http or https URL`,
 		`testdata/several.yaml:13: mcp_servers.both: has both command (line 14) and url (line 15): a server is either stdio (command) or streamable HTTP (url)`,
@@ -388,6 +390,35 @@ func TestAllowsAndNeedsConfirmation(t *testing.T) {
 	none := &config.Agent{Tools: []string{}}
 	if none.Allows("sleep") {
 		t.Error("empty Tools must allow nothing")
+	}
+}
+
+// TestMayDelegate: an agent may always give a child its own agent; nil
+// Delegates allow every agent, an empty list none other.
+func TestMayDelegate(t *testing.T) {
+	c, err := config.Parse("rein.yaml", []byte("agents:\n  default:\n    delegates: [researcher]\n  researcher:\n    delegates: []\n  writer: {}\n"), config.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	cases := []struct {
+		agent, child string
+		ok           bool
+	}{
+		{"default", "default", true},
+		{"default", "researcher", true},
+		{"default", "writer", false},
+		{"researcher", "researcher", true},
+		{"researcher", "default", false},
+		{"writer", "default", true},
+		{"writer", "researcher", true},
+	}
+	for _, tc := range cases {
+		if got := c.Agents[tc.agent].MayDelegate(tc.child); got != tc.ok {
+			t.Errorf("%s.MayDelegate(%q) = %v, want %v", tc.agent, tc.child, got, tc.ok)
+		}
+	}
+	if d := c.Agents["researcher"].Delegates; d == nil || len(d) != 0 {
+		t.Errorf("delegates: [] read as %#v, want an empty, non-nil list", d)
 	}
 }
 
@@ -462,7 +493,8 @@ func TestExampleFile(t *testing.T) {
 		t.Fatalf("agents %q, servers %q", c.AgentNames, c.MCPServerNames)
 	}
 	d, r := c.Agents["default"], c.Agents["researcher"]
-	if d.Model != "demo" || !d.Allows("write_file") || !d.Allows("everything__add") || d.Allows("search__query") || !d.NeedsConfirmation("write_file") {
+	if d.Model != "demo" || !d.Allows("write_file") || !d.Allows("everything__add") || d.Allows("search__query") || !d.NeedsConfirmation("write_file") ||
+		!d.Allows("spawn_agent") || !slices.Equal(d.Delegates, []string{"researcher"}) {
 		t.Errorf("default = %+v", d)
 	}
 	if r.Model != "ollama:llama3.2" || r.MaxSteps != 40 || r.Allows("write_file") || !r.Allows("search__query") || !strings.HasPrefix(r.System, "You research") {

@@ -18,7 +18,7 @@ import (
 // The keys each level of the file may have (docs/tools.md).
 var (
 	topKeys    = []string{"agents", "mcp_servers"}
-	agentKeys  = []string{"model", "system", "tools", "confirm", "max_steps"}
+	agentKeys  = []string{"model", "system", "tools", "confirm", "max_steps", "delegates"}
 	serverKeys = []string{"command", "env", "url", "headers"}
 )
 
@@ -32,6 +32,8 @@ type parser struct {
 	// invalid name is reported once, not again by every tools entry that
 	// uses it).
 	servers map[string]bool
+	// agents are the names declared under agents, in file order.
+	agents []string
 	// merged are the entries each merge source gave at a path, read once:
 	// aliases let a few lines merge the same mapping exponentially many
 	// times (a "billion laughs"), which must cost no more than once.
@@ -84,6 +86,11 @@ func (p *parser) parse(data []byte) *Config {
 	}
 	if agents != nil {
 		list, _ := p.mapping(agents.value, "agents", "", nil)
+		// Every name first: delegates entries are checked against them.
+		p.agents = p.agents[:0]
+		for _, e := range list {
+			p.agents = append(p.agents, e.name)
+		}
 		for _, e := range list {
 			if a := p.agent(e); a != nil {
 				c.Agents[a.Name] = a
@@ -327,12 +334,32 @@ func (p *parser) agent(e entry) *Agent {
 				continue
 			}
 			a.MaxSteps = n
+		case "delegates":
+			if isNull(f.value) {
+				continue // absent: every agent
+			}
+			a.Delegates = p.agentList(f.value, f.path)
 		}
 	}
 	if !confirmSet {
 		a.Confirm = slices.Clone(p.opts.DefaultConfirm)
 	}
 	return a
+}
+
+// agentList reads a delegates list: names of agents of the file. The
+// result is never nil (an empty list is an explicit "none but its own").
+func (p *parser) agentList(n *yaml.Node, path string) []string {
+	items, nodes := p.strList(n, path, "agent names")
+	out := make([]string, 0, len(items))
+	for i, name := range items {
+		if !slices.Contains(p.agents, name) {
+			p.errorf(nodes[i], "%s[%d]: unknown agent %q (the agents of this file: %s)", path, i, name, strings.Join(p.agents, ", "))
+			continue
+		}
+		out = append(out, name)
+	}
+	return out
 }
 
 // toolList reads a tools or confirm list: names or globs, each of which

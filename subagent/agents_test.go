@@ -2,7 +2,9 @@ package subagent_test
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
+	"slices"
 	"strings"
 	"testing"
 
@@ -11,6 +13,7 @@ import (
 	"github.com/reinhq/rein/model/scripted"
 	"github.com/reinhq/rein/sessions"
 	"github.com/reinhq/rein/subagent"
+	"github.com/reinhq/rein/tool"
 )
 
 // agentsWorld is a world with two configured agents, "default" and
@@ -133,5 +136,54 @@ func TestChildRunsItsDescriptorsModel(t *testing.T) {
 	}
 	if after, _ := w.svc.ListChildren(ctx, root); len(after) != len(before) {
 		t.Fatalf("a refused start created a child: %d → %d", len(before), len(after))
+	}
+}
+
+// SpawnTool is spawn_agent for an agent that may delegate to some agents
+// only: its schema lists those, a call naming another is refused as
+// unauthorized and starts nothing, and one naming an allowed agent runs
+// it.
+func TestSpawnToolLimitsTheAgents(t *testing.T) {
+	w := agentsWorld(t)
+	ctx := context.Background()
+	root := w.root("alice")
+	defer dump(t, w, root)
+
+	own := subagent.SpawnTool(w.m, []string{"default"})
+	if strings.Contains(string(own.Spec().InputSchema), `"agent"`) {
+		t.Fatalf("spawn_agent of an agent that delegates to none other offers a choice: %s", own.Spec().InputSchema)
+	}
+	res, err := own.Call(ctx, tool.Call{Session: root, Input: json.RawMessage(`{"description": "r", "prompt": "show system", "agent": "researcher"}`)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out struct {
+		Error struct{ Code, Message string } `json:"error"`
+	}
+	if json.Unmarshal([]byte(res.Output), &out) != nil || !res.IsError || out.Error.Code != subagent.CodeUnauthorized || !strings.Contains(out.Error.Message, `"researcher"`) {
+		t.Fatalf("a child of a forbidden agent: %+v", res)
+	}
+	if kids, err := w.m.List(ctx, root); err != nil || len(kids) != 0 {
+		t.Fatalf("children after the refusal: %+v %v", kids, err)
+	}
+
+	both := subagent.SpawnTool(w.m, []string{"default", "researcher"})
+	var schema struct {
+		Properties map[string]struct {
+			Enum []string `json:"enum"`
+		} `json:"properties"`
+	}
+	if err := json.Unmarshal(both.Spec().InputSchema, &schema); err != nil {
+		t.Fatal(err)
+	}
+	if got := schema.Properties["agent"].Enum; !slices.Equal(got, []string{"default", "researcher"}) {
+		t.Fatalf("spawn_agent offers %q, want [default researcher]", got)
+	}
+	res, err = both.Call(ctx, tool.Call{Session: root, Input: json.RawMessage(`{"description": "r", "prompt": "show system", "agent": "researcher"}`)})
+	if err != nil || res.IsError {
+		t.Fatalf("a child of an allowed agent: %+v %v", res, err)
+	}
+	if want := `{"output":"system=[You research; you never write.]","reason":"stop"}`; res.Output != want {
+		t.Fatalf("the child's result %s, want %s", res.Output, want)
 	}
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"slices"
 	"strings"
 
 	"github.com/reinhq/rein"
@@ -23,12 +24,34 @@ const (
 // text; a failed call is an error tool result whose output is
 // {"error": {"code": ..., "message": ...}}, never a crash.
 func Tools(m *Manager) []tool.Tool {
-	return []tool.Tool{spawnTool{m}, sendTool{m}, listTool{m}, interruptTool{m}}
+	return []tool.Tool{spawnTool{m: m}, sendTool{m}, listTool{m}, interruptTool{m}}
 }
 
-type spawnTool struct{ m *Manager }
+// spawnTool is spawn_agent. With only nil, it offers the Manager's
+// configured agents (Options.Agents, SetAgents); made by SpawnTool, it
+// offers only, and accepts only, the agents in only.
+type spawnTool struct {
+	m    *Manager
+	only []string
+	spec *tool.Spec
+}
 
-func (t spawnTool) Spec() tool.Spec { return *t.m.spawnSpec.Load() }
+// SpawnTool is spawn_agent for the sessions of one agent that may give a
+// child only the agents named (its own among them, first): the tool's
+// schema lists only those, and a call naming another is refused
+// (unauthorized) without starting anything. Offer it in place of the
+// spawn_agent of Tools, whose choice is every configured agent.
+func SpawnTool(m *Manager, agents []string) tool.Tool {
+	sp := spawnSpec(agents)
+	return spawnTool{m: m, only: slices.Clone(agents), spec: &sp}
+}
+
+func (t spawnTool) Spec() tool.Spec {
+	if t.spec != nil {
+		return *t.spec
+	}
+	return *t.m.spawnSpec.Load()
+}
 
 // spawnSpec is spawn_agent's spec; with more than one configured agent,
 // its input lets the model name the child's ("agent", one of them).
@@ -60,6 +83,11 @@ func (t spawnTool) Call(ctx context.Context, c tool.Call) (tool.Result, error) {
 	}
 	if err := json.Unmarshal(c.Input, &in); err != nil {
 		return fail(err), nil
+	}
+	if t.spec != nil && in.Agent != "" && !slices.Contains(t.only, in.Agent) {
+		// The schema's enum already says so; this holds whatever the
+		// registry checks.
+		return fail(errorf(CodeUnauthorized, "this session's agent may not delegate to the agent %q (it may: %s)", in.Agent, strings.Join(t.only, ", "))), nil
 	}
 	req := StartRequest{Prompt: in.Prompt, Label: in.Description, Agent: in.Agent}
 	if in.Background {

@@ -216,7 +216,11 @@ func buildRuntime(ctx context.Context, o runtimeOptions) (*runtime, error) {
 			rt.closeMCP()
 			return nil, err
 		}
-		agents[name] = &sessions.Agent{Loop: loop, System: a.System, Tools: toolsets.forAgent(a, o.Logger), Model: a.Model}
+		var spawn tool.Tool // nil: spawn_agent offers every agent
+		if a.Delegates != nil {
+			spawn = subagent.SpawnTool(sub, delegates(a, cfg.AgentNames))
+		}
+		agents[name] = &sessions.Agent{Loop: loop, System: a.System, Tools: toolsets.forAgent(a, spawn, o.Logger), Model: a.Model}
 	}
 	sub.SetAgents(cfg.AgentNames)
 	st, err := backend.Open(ctx, o.Store, backend.Options{LeaseTTL: o.LeaseTTL})
@@ -287,7 +291,22 @@ func (ts *toolsets) changed() {
 	ts.mu.Unlock()
 }
 
-func (ts *toolsets) forAgent(a *config.Agent, logger *slog.Logger) func() *tool.Registry {
+// delegates are the agents a child of a's sessions may run: its own
+// first, then those its delegates list allows, in the file's order.
+func delegates(a *config.Agent, names []string) []string {
+	out := []string{a.Name}
+	for _, n := range names {
+		if n != a.Name && a.MayDelegate(n) {
+			out = append(out, n)
+		}
+	}
+	return out
+}
+
+// forAgent returns a's registry, rebuilt when the MCP tools change; spawn,
+// when set, is a's own spawn_agent (its delegates), in place of the
+// shared one.
+func (ts *toolsets) forAgent(a *config.Agent, spawn tool.Tool, logger *slog.Logger) func() *tool.Registry {
 	var (
 		mu    sync.Mutex
 		gen   = -1
@@ -303,6 +322,13 @@ func (ts *toolsets) forAgent(a *config.Agent, logger *slog.Logger) func() *tool.
 			return cache
 		}
 		all := slices.Clone(ts.builtins)
+		if spawn != nil {
+			for i, t := range all {
+				if t.Spec().Name == subagent.ToolSpawn {
+					all[i] = spawn
+				}
+			}
+		}
 		if ts.mcp != nil {
 			all = append(all, ts.mcp.Tools()...)
 		}
