@@ -417,6 +417,11 @@ func TestMayDelegate(t *testing.T) {
 			t.Errorf("%s.MayDelegate(%q) = %v, want %v", tc.agent, tc.child, got, tc.ok)
 		}
 	}
+	// The default agent a file leaves out is there all the same.
+	c2, err := config.Parse("rein.yaml", []byte("agents:\n  planner:\n    delegates: [default]\n"), config.Options{})
+	if err != nil || !c2.Agents["planner"].MayDelegate("default") {
+		t.Fatalf("delegates: [default] without a default agent in the file: %v", err)
+	}
 	if d := c.Agents["researcher"].Delegates; d == nil || len(d) != 0 {
 		t.Errorf("delegates: [] read as %#v, want an empty, non-nil list", d)
 	}

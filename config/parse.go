@@ -87,9 +87,14 @@ func (p *parser) parse(data []byte) *Config {
 	if agents != nil {
 		list, _ := p.mapping(agents.value, "agents", "", nil)
 		// Every name first: delegates entries are checked against them.
+		// A file without a default agent gets one from the flags, which
+		// may be named too.
 		p.agents = p.agents[:0]
 		for _, e := range list {
 			p.agents = append(p.agents, e.name)
+		}
+		if !slices.Contains(p.agents, DefaultAgent) {
+			p.agents = append([]string{DefaultAgent}, p.agents...)
 		}
 		for _, e := range list {
 			if a := p.agent(e); a != nil {
