@@ -626,9 +626,10 @@ func (m *Manager) wakeParent(ctx context.Context, svc *sessions.Service, parent 
 // the same input and client id as the notice's own wake (one run, however
 // many times either is tried), and the notice reaches its first step. It
 // is read from the store, so the end of a run on one instance finds a
-// notice delivered by another. Not after a stop of the run (cancel or
-// interrupt: starting the parent again would undo it), and not for the
-// notice of a cancelled activation, as at settlement.
+// notice delivered by another. Not after a stop of the run (a cancel, an
+// interrupt, or its deadline, which ends it CANCELLED: starting the parent
+// again would undo it), and not for the notice of a cancelled activation,
+// as at settlement.
 func (m *Manager) wakeForUnread(ctx context.Context, svc *sessions.Service, end sessions.RunEnd) {
 	if !m.wake || end.Status == rein.StatusCancelled || end.Reason == rein.ReasonCancelled || end.Reason == rein.ReasonInterrupted {
 		return
