@@ -114,7 +114,7 @@ func (s *Store) LoadHistory(ctx context.Context, key rein.SessionKey) ([]rein.Me
 	if raw != nil {
 		s.tails.historyRead(gen, key, raw)
 	}
-	return out, nil
+	return settled(ctx, s, key, out, nil)
 }
 
 // decodeHistory decodes key's i-th history message as stored.
@@ -329,6 +329,9 @@ func (s *Store) ReadEvents(ctx context.Context, key rein.SessionKey, after int64
 	}
 	out := []rein.Event{}
 	if limit <= 0 || after >= last {
+		if err := s.tails.settle(ctx, key); err != nil {
+			return nil, 0, err
+		}
 		return out, last, nil
 	}
 	rows, err := s.rq.in(tx).QueryContext(ctx, qEvents, pk, after, limit)
@@ -351,6 +354,9 @@ func (s *Store) ReadEvents(ctx context.Context, key rein.SessionKey, after int64
 	}
 	if err := rows.Err(); err != nil {
 		return nil, 0, s.fail("reading events", err)
+	}
+	if err := s.tails.settle(ctx, key); err != nil {
+		return nil, 0, err
 	}
 	return out, last, nil
 }
@@ -381,7 +387,7 @@ func (s *Store) LastSeq(ctx context.Context, key rein.SessionKey) (int64, error)
 	if err != nil {
 		return 0, s.fail("reading last seq", err)
 	}
-	return last, nil
+	return settled(ctx, s, key, last, nil)
 }
 
 // WaitEvents implements store.EventLog. It subscribes to the session's

@@ -198,7 +198,7 @@ func (s *Store) PendingSupplements(ctx context.Context, key rein.SessionKey) (in
 		return 0, s.fail("counting supplements", err)
 	}
 	s.tails.pendingRead(gen, key, n)
-	return n, nil
+	return settled(ctx, s, key, n, nil)
 }
 
 // GetSupplement implements store.Inbox.
@@ -212,7 +212,7 @@ func (s *Store) GetSupplement(ctx context.Context, key rein.SessionKey, supID st
 	if err != nil {
 		return nil, s.fail("reading supplement", err)
 	}
-	return out, nil
+	return settled(ctx, s, key, out, nil)
 }
 
 // ------------------------------------------------------------ confirmations
@@ -362,7 +362,7 @@ func (s *Store) GetConfirmation(ctx context.Context, key rein.SessionKey, toolUs
 	if err != nil {
 		return nil, s.fail("reading confirmation", err)
 	}
-	return out, nil
+	return settled(ctx, s, key, out, nil)
 }
 
 // ListConfirmations implements store.Confirmations.
@@ -377,7 +377,7 @@ func (s *Store) ListConfirmations(ctx context.Context, key rein.SessionKey, stat
 	if err != nil {
 		return nil, s.fail("listing confirmations", err)
 	}
-	return out, nil
+	return settled(ctx, s, key, out, nil)
 }
 
 // confirmations lists the session's confirmations through the writer's

@@ -197,7 +197,7 @@ func (s *Store) GetLease(ctx context.Context, key rein.SessionKey) (*store.Lease
 		return nil, notFound("lease")
 	}
 	l.ExpiresAt = time.UnixMicro(expires).UTC()
-	return &l, nil
+	return settled(ctx, s, key, &l, nil)
 }
 
 // ListExpiredLeases implements store.Leases.

@@ -246,7 +246,8 @@ func (s *Store) getRun(ctx context.Context, doing, where string, args ...any) (*
 
 // GetRun implements store.Runs.
 func (s *Store) GetRun(ctx context.Context, key rein.SessionKey, runID string) (*store.RunRecord, error) {
-	return s.getRun(ctx, "reading run", `WHERE r.id = ? AND s.owner = ? AND s.id = ?`, runID, key.Owner, key.ID)
+	rec, err := s.getRun(ctx, "reading run", `WHERE r.id = ? AND s.owner = ? AND s.id = ?`, runID, key.Owner, key.ID)
+	return settled(ctx, s, key, rec, err)
 }
 
 // GetRunByClientID implements store.Runs.
@@ -254,7 +255,8 @@ func (s *Store) GetRunByClientID(ctx context.Context, key rein.SessionKey, clien
 	if clientID == "" {
 		return nil, notFound("run")
 	}
-	return s.getRun(ctx, "reading run", `WHERE s.owner = ? AND s.id = ? AND r.client_id = ?`, key.Owner, key.ID, clientID)
+	rec, err := s.getRun(ctx, "reading run", `WHERE s.owner = ? AND s.id = ? AND r.client_id = ?`, key.Owner, key.ID, clientID)
+	return settled(ctx, s, key, rec, err)
 }
 
 func (s *Store) listRuns(ctx context.Context, query string, args ...any) ([]*store.RunRecord, error) {
@@ -271,7 +273,8 @@ func (s *Store) listRuns(ctx context.Context, query string, args ...any) ([]*sto
 
 // ListRuns implements store.Runs.
 func (s *Store) ListRuns(ctx context.Context, key rein.SessionKey) ([]*store.RunRecord, error) {
-	return s.listRuns(ctx, `SELECT `+runColumns+runFrom+`WHERE s.owner = ? AND s.id = ? ORDER BY r.created_at DESC, r.id DESC`, key.Owner, key.ID)
+	runs, err := s.listRuns(ctx, `SELECT `+runColumns+runFrom+`WHERE s.owner = ? AND s.id = ? ORDER BY r.created_at DESC, r.id DESC`, key.Owner, key.ID)
+	return settled(ctx, s, key, runs, err)
 }
 
 // ListRunsByStatus implements store.Runs.

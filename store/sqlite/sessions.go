@@ -130,7 +130,7 @@ func (s *Store) GetSession(ctx context.Context, key rein.SessionKey) (*store.Ses
 		return nil, s.fail("reading session", err)
 	}
 	s.tails.sessionRead(gen, out)
-	return out, nil
+	return settled(ctx, s, key, out, nil)
 }
 
 func (s *Store) listSessions(ctx context.Context, doing, query string, args ...any) ([]*store.Session, error) {

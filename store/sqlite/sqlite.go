@@ -89,6 +89,13 @@ type Store struct {
 	// Writer-goroutine state: no lock, nothing else touches it.
 	stmts map[string]*sql.Stmt
 	cache map[rein.SessionKey]*sessInfo
+	// committing are the sessions the batch being committed changes on
+	// the tails (tails.beginCommit), until its answer; writer only.
+	committing []rein.SessionKey
+	// afterCommit, when a test sets it, runs between a batch's COMMIT and
+	// its answer: the moment a read of the database sees what the tails
+	// do not have yet.
+	afterCommit func()
 }
 
 var _ store.Store = (*Store)(nil)

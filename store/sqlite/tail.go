@@ -3,6 +3,7 @@ package sqlite
 import (
 	"bytes"
 	"container/list"
+	"context"
 	"sync"
 
 	"github.com/reinhq/rein"
@@ -26,7 +27,8 @@ import (
 // that continue it exactly, in commit order. Anything else — an append
 // that does not follow on, a failed batch, a deleted session — drops the
 // tail, so it can only be behind the database for the moment between a
-// commit and its answer, never wrong.
+// commit and its answer, never wrong; and a read of the database waits out
+// that moment (settle, below).
 
 // Bounds of what the tails hold. A tail keeps at most tailEvents events
 // and tailBytes of payload (older events fall off its front); all tails
@@ -48,6 +50,13 @@ type tails struct {
 	// if gen did not move while it was read, so a read that raced a
 	// commit never installs what that commit changed.
 	gen uint64
+	// committing counts, per session, the batches being committed whose
+	// changes to what the tails answer (events, facts) they have not yet
+	// taken (beginCommit to endCommit); settled, when made, is closed at
+	// the next endCommit. A read from the database waits on them
+	// (settle), so what it found committed is on the tails too.
+	committing map[rein.SessionKey]int
+	settled    chan struct{}
 }
 
 type tail struct {
@@ -69,6 +78,89 @@ type tail struct {
 	hist      []string
 	histBytes int
 	histKnown bool
+}
+
+// A commit is visible to the read connections as soon as SQLite makes it
+// so, and the tails take it only afterwards, as the writer answers. A
+// reader that read the database in between — a run's record showing it
+// ended — and then the tails — the run's log — would find the log behind
+// the record. So the writer marks the sessions of a batch before its
+// COMMIT and clears them once the tails have its changes, and the reads
+// that go to the database settle before they answer: a read that may have
+// seen a commit returns only once the tails have it too. A read whose
+// session no commit is changing (nearly every read) pays one map lookup.
+
+// beginCommit marks keys (one entry per change; repeats count) as being
+// committed.
+func (t *tails) beginCommit(keys []rein.SessionKey) {
+	if len(keys) == 0 {
+		return
+	}
+	t.mu.Lock()
+	if t.committing == nil {
+		t.committing = make(map[rein.SessionKey]int)
+	}
+	for _, k := range keys {
+		t.committing[k]++
+	}
+	t.mu.Unlock()
+}
+
+// endCommit clears what beginCommit(keys) marked, once the tails have the
+// batch's changes (or the batch failed), and wakes settle.
+func (t *tails) endCommit(keys []rein.SessionKey) {
+	if len(keys) == 0 {
+		return
+	}
+	t.mu.Lock()
+	for _, k := range keys {
+		if n := t.committing[k] - 1; n > 0 {
+			t.committing[k] = n
+		} else {
+			delete(t.committing, k)
+		}
+	}
+	if t.settled != nil {
+		close(t.settled)
+		t.settled = nil
+	}
+	t.mu.Unlock()
+}
+
+// settle returns once no commit changing key is between the database and
+// the tails. Called by a read of the database after it read.
+func (t *tails) settle(ctx context.Context, key rein.SessionKey) error {
+	for {
+		t.mu.Lock()
+		if t.committing[key] == 0 {
+			t.mu.Unlock()
+			return nil
+		}
+		if t.settled == nil {
+			t.settled = make(chan struct{})
+		}
+		ch := t.settled
+		t.mu.Unlock()
+		select {
+		case <-ch:
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+}
+
+// settled returns v and err once the tails have every commit a database
+// read that answered them may have seen (tails.settle); a failed read is
+// returned at once.
+func settled[T any](ctx context.Context, s *Store, key rein.SessionKey, v T, err error) (T, error) {
+	if err != nil {
+		return v, err
+	}
+	if err := s.tails.settle(ctx, key); err != nil {
+		var zero T
+		return zero, err
+	}
+	return v, nil
 }
 
 // tailBase is what a tail counts against tailsBytes before any event: an

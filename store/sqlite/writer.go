@@ -521,11 +521,41 @@ func (s *Store) runBatch(batch []*op) (full bool) {
 			return
 		}
 	}
+	// Marked before the commit makes them visible, cleared by answer once
+	// the tails have them (tail.go, settle).
+	for i, o := range live {
+		if results[i] == nil {
+			s.committing = o.tailKeys(s.committing)
+		}
+	}
+	s.tails.beginCommit(s.committing)
 	if _, err := s.control("COMMIT"); err != nil {
 		abort(err)
+	} else if s.afterCommit != nil {
+		s.afterCommit()
 	}
 	s.answer(live, results)
 	return
+}
+
+// tailKeys appends to keys the sessions whose tail-served data (events,
+// facts) the operation changes once committed, one entry per change.
+func (o *op) tailKeys(keys []rein.SessionKey) []rein.SessionKey {
+	for _, a := range o.appended {
+		keys = append(keys, a.key)
+	}
+	keys = append(keys, o.forget...)
+	for _, sess := range o.created {
+		keys = append(keys, sess.Key())
+	}
+	keys = append(keys, o.restated...)
+	for _, r := range o.inbox {
+		keys = append(keys, r.key)
+	}
+	for _, r := range o.history {
+		keys = append(keys, r.key)
+	}
+	return keys
 }
 
 // failure is what the caller of a failed operation is told.
@@ -551,8 +581,10 @@ func statementOnlyFailure(err error) bool {
 // answer replies to every operation and, for those that committed, puts
 // their events on the log tails and wakes the sessions they appended to.
 // Waking after the commit is what lets a woken reader find the events;
-// the tails are extended first, in commit order, so what a woken reader
-// finds there is what it was woken for.
+// the tails take the whole batch first, in commit order, so what a woken
+// reader finds there is what it was woken for, and the reads that settle
+// on the batch (tail.go) are let go before anyone is answered: an
+// answer's callback (AppendEventsAsync) may read.
 func (s *Store) answer(live []*op, results []error) {
 	for i, o := range live {
 		if results[i] == nil {
@@ -574,6 +606,13 @@ func (s *Store) answer(live []*op, results []error) {
 			for _, r := range o.history {
 				s.tails.historyAppended(r.key, r.encoded)
 			}
+		}
+	}
+	s.tails.endCommit(s.committing)
+	clear(s.committing)
+	s.committing = s.committing[:0]
+	for i, o := range live {
+		if results[i] == nil {
 			for _, key := range o.wakes {
 				s.waiters.publish(key)
 			}

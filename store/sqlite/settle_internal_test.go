@@ -1,0 +1,94 @@
+package sqlite
+
+import (
+	"runtime"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/reinhq/rein"
+	"github.com/reinhq/rein/store"
+)
+
+// A run's end is one commit: its terminal record and its
+// session.run_completed. Between that COMMIT and the writer's answer the
+// database has both and the log tail neither. A read of the record from
+// the database in that moment (held open here) answers only once the tail
+// has the event too, so a client that saw the run ended finds its end in
+// the log.
+func TestReadOfTheDatabaseSettlesOnTheTails(t *testing.T) {
+	s := openTemp(t)
+	key := tailSession(t, s, "ses_settle")
+	ctx := t.Context()
+	run := &store.RunRecord{Owner: "o", SessionID: "ses_settle", ID: "run_s", Status: rein.StatusRunning, Input: "x", Deadline: time.Now().Add(time.Hour)}
+	if err := s.CreateRun(ctx, run); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.AppendEvents(ctx, key, store.Fence{}, []rein.Event{rein.NewEvent(rein.EventRunStarted, "run_s", rein.RunStartedPayload{RunID: "run_s"})}); err != nil {
+		t.Fatal(err)
+	}
+	// The log tail knows the session (every read below is answered from it).
+	if evs := readAll(t, s, key, 0, 10); len(evs) != 1 {
+		t.Fatalf("%d events before the end, want 1", len(evs))
+	}
+
+	entered, hold := make(chan struct{}), make(chan struct{})
+	release := sync.OnceFunc(func() { close(hold) })
+	t.Cleanup(release) // before the store closes, also when the test fails
+	var once sync.Once
+	s.afterCommit = func() { once.Do(func() { close(entered); <-hold }) }
+	ended := make(chan error, 1)
+	go func() {
+		ended <- s.Update(ctx, key, store.Fence{}, func(tx store.Tx) error {
+			if _, err := tx.UpdateRun("run_s", store.RunUpdate{Status: rein.StatusCompleted, Reason: rein.ReasonStop, EndedAt: time.Now()}); err != nil {
+				return err
+			}
+			_, err := tx.AppendEvents(rein.NewEvent(rein.EventRunCompleted, "run_s", rein.RunCompletedPayload{RunID: "run_s", Status: rein.StatusCompleted, Reason: rein.ReasonStop}))
+			return err
+		})
+	}()
+	select {
+	case <-entered:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the end was never committed")
+	}
+
+	type answer struct {
+		rec *store.RunRecord
+		err error
+	}
+	got := make(chan answer, 1)
+	go func() {
+		rec, err := s.GetRun(ctx, key, "run_s")
+		got <- answer{rec, err}
+	}()
+	// Until the reader answers or waits on the tails: it read the
+	// committed record either way.
+	deadline := time.Now().Add(10 * time.Second)
+	for waiting := false; !waiting; {
+		select {
+		case a := <-got:
+			t.Fatalf("GetRun answered %+v %v while the log tail lacked the run's end: it should wait for it", a.rec, a.err)
+		default:
+		}
+		s.tails.mu.Lock()
+		waiting = s.tails.settled != nil
+		s.tails.mu.Unlock()
+		if time.Now().After(deadline) {
+			t.Fatal("the reader neither answered nor waited")
+		}
+		runtime.Gosched()
+	}
+	release()
+	a := <-got
+	if a.err != nil || a.rec.Status != rein.StatusCompleted {
+		t.Fatalf("GetRun after the commit: %+v %v", a.rec, a.err)
+	}
+	evs := readAll(t, s, key, 0, 10)
+	if len(evs) != 2 || evs[1].Type != rein.EventRunCompleted {
+		t.Fatalf("the log after GetRun saw the run ended: %d events, want its session.run_completed last", len(evs))
+	}
+	if err := <-ended; err != nil {
+		t.Fatal(err)
+	}
+}
