@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/reinhq/rein"
+	"github.com/reinhq/rein/inbox"
 	"github.com/reinhq/rein/internal/id"
 	"github.com/reinhq/rein/model"
 	"github.com/reinhq/rein/store"
@@ -142,7 +143,7 @@ func (s *Service) LogEvent(ctx context.Context, key rein.SessionKey, ev rein.Eve
 func (s *Service) Notice(ctx context.Context, key rein.SessionKey, noticeID, text string, ev rein.Event) (waiting bool, err error) {
 	err = s.life.update(ctx, key, store.Fence{}, func(tx store.Tx) error {
 		sup, created, err := tx.PushSupplement(&store.Supplement{Owner: key.Owner, SessionID: key.ID, ID: noticeID, Text: text,
-			Source: noticeSource, Status: store.SupplementQueued, CreatedAt: tx.Now()})
+			Source: inbox.SourceSubagent, Status: store.SupplementQueued, CreatedAt: tx.Now()})
 		if err != nil {
 			return err
 		}
@@ -178,7 +179,7 @@ func (s *Service) QueuedNotices(ctx context.Context, key rein.SessionKey) ([]*st
 			return err
 		}
 		for _, sup := range sups {
-			if sup.Source == noticeSource {
+			if sup.Source == inbox.SourceSubagent {
 				out = append(out, sup)
 			}
 		}
@@ -192,9 +193,6 @@ func (s *Service) QueuedNotices(ctx context.Context, key rein.SessionKey) ([]*st
 	}
 	return out, nil
 }
-
-// noticeSource is the source of a subagent notice in a parent's inbox.
-const noticeSource = "subagent"
 
 // runEnded tells Config.OnRunEnd about a run whose end is recorded.
 func (s *Service) runEnded(key rein.SessionKey, runID string, status rein.RunStatus, reason rein.Reason, reply *string) {

@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/reinhq/rein"
+	"github.com/reinhq/rein/inbox"
 	"github.com/reinhq/rein/internal/id"
 	"github.com/reinhq/rein/store"
 	"github.com/reinhq/rein/tool"
@@ -331,7 +332,7 @@ func (s *Service) Supplement(ctx context.Context, key rein.SessionKey, req Suppl
 		return SupplementResult{}, rein.InvalidArgument("text", "text must be a non-empty string")
 	}
 	if req.Source == "" {
-		req.Source = "user"
+		req.Source = inbox.SourceUser
 	}
 	if req.ID == "" {
 		req.ID = id.New(id.Supplement)

@@ -648,7 +648,7 @@ func (m *Manager) wakeForUnread(ctx context.Context, svc *sessions.Service, end 
 		return
 	}
 	for _, n := range notices {
-		task := "run_" + strings.TrimPrefix(n.ID, "ntc_")
+		task := noticeTask(n.ID)
 		for _, k := range kids {
 			r, err := svc.GetRun(ctx, k.Key(), task)
 			if err != nil {
@@ -705,6 +705,9 @@ func (m *Manager) Reconcile(ctx context.Context) error {
 // noticeID derives the notice's id from the activation, so a settlement
 // repeated after a crash delivers nothing twice.
 func noticeID(runID string) string { return "ntc_" + strings.TrimPrefix(runID, "run_") }
+
+// noticeTask is the activation (run id) a notice id was derived from.
+func noticeTask(noticeID string) string { return "run_" + strings.TrimPrefix(noticeID, "ntc_") }
 
 // cascade cancels the running activations of key's children.
 func (m *Manager) cascade(ctx context.Context, svc *sessions.Service, key rein.SessionKey) {
