@@ -1,10 +1,13 @@
 package sqlite
 
 import (
+	"reflect"
 	"runtime"
+	"slices"
 	"sync"
 	"testing"
 	"time"
+	"unsafe"
 
 	"github.com/reinhq/rein"
 	"github.com/reinhq/rein/store"
@@ -90,5 +93,55 @@ func TestReadOfTheDatabaseSettlesOnTheTails(t *testing.T) {
 	}
 	if err := <-ended; err != nil {
 		t.Fatal(err)
+	}
+}
+
+// Every kind of change an operation records for the tails must be marked
+// while its batch commits, or a database read would not wait for it: each
+// slice of op that names sessions is set here to one session of its own,
+// and tailKeys must name them all. A new kind of change is a new slice,
+// which this test refuses until it is told whether it changes the tails.
+func TestTailKeysNameEveryTailChange(t *testing.T) {
+	notTailChanges := map[string]bool{
+		"wakes": true, // readers woken once the tails have the batch
+	}
+	keyType := reflect.TypeFor[rein.SessionKey]()
+	var o op
+	v := reflect.ValueOf(&o).Elem()
+	var planted []rein.SessionKey
+	for i := range v.NumField() {
+		f := v.Type().Field(i)
+		if f.Type.Kind() != reflect.Slice || notTailChanges[f.Name] {
+			continue
+		}
+		key := rein.SessionKey{Owner: "o", ID: "ses_" + f.Name}
+		elem := reflect.New(f.Type.Elem()).Elem()
+		switch et := f.Type.Elem(); {
+		case et == keyType:
+			elem.Set(reflect.ValueOf(key))
+		case et == reflect.TypeFor[*store.Session]():
+			elem.Set(reflect.ValueOf(&store.Session{Owner: key.Owner, ID: key.ID}))
+		case et.Kind() == reflect.Struct:
+			sf, ok := et.FieldByName("key")
+			if !ok || sf.Type != keyType {
+				t.Fatalf("op.%s holds %s, which names no session: say whether it changes the tails", f.Name, et)
+			}
+			field := elem.FieldByIndex(sf.Index)
+			reflect.NewAt(field.Type(), unsafe.Pointer(field.UnsafeAddr())).Elem().Set(reflect.ValueOf(key))
+		default:
+			t.Fatalf("op.%s is a slice of %s: say whether it changes the tails", f.Name, et)
+		}
+		fv := v.Field(i)
+		reflect.NewAt(fv.Type(), unsafe.Pointer(fv.UnsafeAddr())).Elem().Set(reflect.Append(reflect.MakeSlice(f.Type, 0, 1), elem))
+		planted = append(planted, key)
+	}
+	if len(planted) < 6 {
+		t.Fatalf("only %d kinds of tail change found in op, want at least the six applyTails makes", len(planted))
+	}
+	keys := o.tailKeys(nil)
+	for _, k := range planted {
+		if !slices.Contains(keys, k) {
+			t.Errorf("tailKeys does not name %s: a read of the database would not wait for that change", k.ID)
+		}
 	}
 }

@@ -539,7 +539,8 @@ func (s *Store) runBatch(batch []*op) (full bool) {
 }
 
 // tailKeys appends to keys the sessions whose tail-served data (events,
-// facts) the operation changes once committed, one entry per change.
+// facts) the operation changes once committed, one entry per change: one
+// for each change applyTails makes (TestTailKeysNameEveryTailChange).
 func (o *op) tailKeys(keys []rein.SessionKey) []rein.SessionKey {
 	for _, a := range o.appended {
 		keys = append(keys, a.key)
@@ -556,6 +557,28 @@ func (o *op) tailKeys(keys []rein.SessionKey) []rein.SessionKey {
 		keys = append(keys, r.key)
 	}
 	return keys
+}
+
+// applyTails puts on the tails what the committed operation changed.
+func (o *op) applyTails(t *tails) {
+	for _, a := range o.appended {
+		t.appended(a.key, a.prev, a.evs)
+	}
+	for _, key := range o.forget {
+		t.drop(key)
+	}
+	for _, sess := range o.created {
+		t.created(sess)
+	}
+	for _, key := range o.restated {
+		t.restated(key)
+	}
+	for _, r := range o.inbox {
+		t.inboxChanged(r.key, r.delta)
+	}
+	for _, r := range o.history {
+		t.historyAppended(r.key, r.encoded)
+	}
 }
 
 // failure is what the caller of a failed operation is told.
@@ -588,24 +611,7 @@ func statementOnlyFailure(err error) bool {
 func (s *Store) answer(live []*op, results []error) {
 	for i, o := range live {
 		if results[i] == nil {
-			for _, a := range o.appended {
-				s.tails.appended(a.key, a.prev, a.evs)
-			}
-			for _, key := range o.forget {
-				s.tails.drop(key)
-			}
-			for _, sess := range o.created {
-				s.tails.created(sess)
-			}
-			for _, key := range o.restated {
-				s.tails.restated(key)
-			}
-			for _, r := range o.inbox {
-				s.tails.inboxChanged(r.key, r.delta)
-			}
-			for _, r := range o.history {
-				s.tails.historyAppended(r.key, r.encoded)
-			}
+			o.applyTails(&s.tails)
 		}
 	}
 	s.tails.endCommit(s.committing)
