@@ -3,6 +3,7 @@ package rein
 import (
 	"bytes"
 	"encoding/json"
+	"reflect"
 	"testing"
 	"time"
 )
@@ -161,4 +162,41 @@ func BenchmarkNewEvent(b *testing.B) {
 			}
 		}
 	})
+}
+
+// A payload written directly must carry every field encoding/json writes,
+// a field added later included: each directly written type is filled
+// field by field, whatever its fields are, with values no field leaves
+// out (omitempty), and must come out as encoding/json writes it.
+func TestDirectPayloadsWriteEveryField(t *testing.T) {
+	for _, p := range []any{UserMessagePayload{}, RunStartedPayload{}, MessageDeltaPayload{}, MessagePayload{}, RunCompletedPayload{}} {
+		v := reflect.New(reflect.TypeOf(p)).Elem()
+		fill(t, v)
+		checkPayload(t, v.Interface())
+	}
+}
+
+// fill sets every field of v, recursively, to a value that is not its
+// zero value.
+func fill(t *testing.T, v reflect.Value) {
+	t.Helper()
+	switch v.Kind() {
+	case reflect.String:
+		v.SetString("x<\u2028" + v.Type().Name())
+	case reflect.Int, reflect.Int32, reflect.Int64:
+		v.SetInt(7)
+	case reflect.Bool:
+		v.SetBool(true)
+	case reflect.Pointer:
+		v.Set(reflect.New(v.Type().Elem()))
+		fill(t, v.Elem())
+	case reflect.Struct:
+		for i := range v.NumField() {
+			if v.Type().Field(i).IsExported() {
+				fill(t, v.Field(i))
+			}
+		}
+	default:
+		t.Fatalf("%s: a %s field; teach fill (and appendPayload) about it", v.Type(), v.Kind())
+	}
 }
