@@ -180,9 +180,14 @@ func writeJSON(w http.ResponseWriter, status int, v any) {
 		buf.Reset()
 		buf.WriteString(`{"error":{"code":"internal","message":"` + msgInternal + `"}}` + "\n")
 	}
+	writeJSONBytes(w, status, buf.Bytes())
+}
+
+// writeJSONBytes answers with b, a JSON document already encoded.
+func writeJSONBytes(w http.ResponseWriter, status int, b []byte) {
 	h := w.Header()
 	h.Set("Content-Type", "application/json")
 	h.Set("X-Content-Type-Options", "nosniff")
 	w.WriteHeader(status)
-	_, _ = w.Write(buf.Bytes())
+	_, _ = w.Write(b)
 }

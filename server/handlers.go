@@ -409,11 +409,7 @@ func writeEventPage(w http.ResponseWriter, evs []rein.Event, last int64) {
 	buf = append(buf, `],"last_seq":`...)
 	buf = strconv.AppendInt(buf, last, 10)
 	buf = append(buf, "}\n"...)
-	h := w.Header()
-	h.Set("Content-Type", "application/json")
-	h.Set("X-Content-Type-Options", "nosniff")
-	w.WriteHeader(http.StatusOK)
-	_, _ = w.Write(buf)
+	writeJSONBytes(w, http.StatusOK, buf)
 }
 
 // intParam reads an integer query parameter; present means it must parse,
