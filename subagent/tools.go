@@ -84,7 +84,7 @@ func (t spawnTool) Call(ctx context.Context, c tool.Call) (tool.Result, error) {
 	if err := json.Unmarshal(c.Input, &in); err != nil {
 		return fail(err), nil
 	}
-	if t.spec != nil && in.Agent != "" && !slices.Contains(t.only, in.Agent) {
+	if t.only != nil && in.Agent != "" && !slices.Contains(t.only, in.Agent) {
 		// The schema's enum already says so; this holds whatever the
 		// registry checks.
 		return fail(errorf(CodeUnauthorized, "this session's agent may not delegate to the agent %q (it may: %s)", in.Agent, strings.Join(t.only, ", "))), nil
