@@ -139,15 +139,15 @@ func (s *Service) LogEvent(ctx context.Context, key rein.SessionKey, ev rein.Eve
 // delivered writes nothing. waiting reports whether the notice is in the
 // session's inbox, not yet consumed, after the call: just delivered, or
 // delivered by an earlier call (a settlement repeated after a crash)
-// that no step has taken yet.
-func (s *Service) Notice(ctx context.Context, key rein.SessionKey, noticeID, text string, ev rein.Event) (waiting bool, err error) {
+// that no step has taken yet; queued is when it was first delivered.
+func (s *Service) Notice(ctx context.Context, key rein.SessionKey, noticeID, text string, ev rein.Event) (waiting bool, queued time.Time, err error) {
 	err = s.life.update(ctx, key, store.Fence{}, func(tx store.Tx) error {
 		sup, created, err := tx.PushSupplement(&store.Supplement{Owner: key.Owner, SessionID: key.ID, ID: noticeID, Text: text,
 			Source: inbox.SourceSubagent, Status: store.SupplementQueued, CreatedAt: tx.Now()})
 		if err != nil {
 			return err
 		}
-		waiting = sup.Status == store.SupplementQueued
+		waiting, queued = sup.Status == store.SupplementQueued, sup.CreatedAt
 		if !created {
 			return errNothing
 		}
@@ -160,7 +160,7 @@ func (s *Service) Notice(ctx context.Context, key rein.SessionKey, noticeID, tex
 	if err != nil {
 		waiting = false
 	}
-	return waiting, err
+	return waiting, queued, err
 }
 
 // QueuedNotices returns the subagent notices in key's inbox that no step

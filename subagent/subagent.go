@@ -575,7 +575,7 @@ func (m *Manager) OnRunEnd(ctx context.Context, end sessions.RunEnd) {
 	if end.Reply != nil && *end.Reply != "" {
 		text += " Its reply: " + *end.Reply
 	}
-	waiting, err := svc.Notice(ctx, parent, noticeID(end.RunID), text, ev)
+	waiting, queued, err := svc.Notice(ctx, parent, noticeID(end.RunID), text, ev)
 	if err != nil {
 		m.log.Error("deliver subagent notice", "parent", parent.String(), "child", end.Session.ID, "err", err)
 		return
@@ -585,10 +585,36 @@ func (m *Manager) OnRunEnd(ctx context.Context, end sessions.RunEnd) {
 	// for an activation that was cancelled — a stop of the parent's own
 	// run cancels its children, and waking the parent for them would undo
 	// that stop — and only for a root parent: waking a child would start
-	// an activation its own parent never asked for.
-	if waiting && m.wake && end.Reason != rein.ReasonCancelled && info.Subagent.Depth <= 1 {
+	// an activation its own parent never asked for. Nor when the parent's
+	// run that was going as the notice came has been stopped since: the
+	// notice's wake then belonged to that run's end, which started
+	// nothing (wakeForUnread), and a repeat here must not either.
+	if waiting && m.wake && end.Reason != rein.ReasonCancelled && info.Subagent.Depth <= 1 &&
+		!m.stoppedSince(ctx, svc, parent, queued) {
 		m.wakeParent(ctx, svc, parent, label, end)
 	}
+}
+
+// stopped reports whether a run's end was a stop: a cancel, an interrupt,
+// or its deadline (CANCELLED). A parent is not started again after one.
+func stopped(status rein.RunStatus, reason rein.Reason) bool {
+	return status == rein.StatusCancelled || reason == rein.ReasonCancelled || reason == rein.ReasonInterrupted
+}
+
+// stoppedSince reports whether a run of parent that was running at at
+// (a notice's arrival) has ended since by a stop.
+func (m *Manager) stoppedSince(ctx context.Context, svc *sessions.Service, parent rein.SessionKey, at time.Time) bool {
+	runs, err := svc.ListRuns(ctx, parent)
+	if err != nil {
+		m.log.Warn("list a parent's runs for a notice's wake", "parent", parent.String(), "err", err)
+		return true // no wake rather than one that undoes a stop
+	}
+	for _, r := range runs {
+		if r.Status.Terminal() && !r.StartedAt.IsZero() && !r.StartedAt.After(at) && !r.EndedAt.Before(at) && stopped(r.Status, r.Reason) {
+			return true
+		}
+	}
+	return false
 }
 
 // wakeParent starts a run of an idle parent for a notice waiting in its
@@ -631,7 +657,7 @@ func (m *Manager) wakeParent(ctx context.Context, svc *sessions.Service, parent 
 // again would undo it), and not for the notice of a cancelled activation,
 // as at settlement.
 func (m *Manager) wakeForUnread(ctx context.Context, svc *sessions.Service, end sessions.RunEnd) {
-	if !m.wake || end.Status == rein.StatusCancelled || end.Reason == rein.ReasonCancelled || end.Reason == rein.ReasonInterrupted {
+	if !m.wake || stopped(end.Status, end.Reason) {
 		return
 	}
 	notices, err := svc.QueuedNotices(ctx, end.Session)

@@ -326,6 +326,13 @@ func TestWakeNotAfterAnInterruptedParent(t *testing.T) {
 	if rs := w.runs(parent); len(rs) != 1 {
 		t.Fatalf("%d runs of the interrupted parent, want its own only", len(rs))
 	}
+	// The child's settlement repeated, as Reconcile repeats it after a
+	// restart, with the parent idle and the note unread: still nothing.
+	ce := w.completed(child, s.TaskID)
+	w.m.OnRunEnd(ctx, sessions.RunEnd{Session: child, RunID: s.TaskID, Status: ce.Status, Reason: ce.Reason})
+	if rs := w.runs(parent); len(rs) != 1 {
+		t.Fatalf("%d runs of the interrupted parent after its note was settled again, want its own only", len(rs))
+	}
 	if n, err := w.st.PendingSupplements(ctx, parent); err != nil || n != 1 {
 		t.Fatalf("%d notes waiting (%v), want the one for the next message", n, err)
 	}
