@@ -264,10 +264,17 @@ func TestPoolExhaustionIsUnavailable(t *testing.T) {
 	go func() { blocked <- s.SetSystem(context.Background(), key, &sys) }()
 
 	// Wait until SetSystem's backend is queued on our lock: observable in
-	// pg_stat_activity.
+	// pg_stat_activity, read on a connection of its own. Read inside the
+	// blocker's transaction it is one snapshot, taken at the first read:
+	// if that came before SetSystem queued, no later read would see it.
+	watcher, err := pgx.Connect(ctx, dsn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer watcher.Close(context.Background())
 	for {
 		var n int
-		err := blocker.QueryRow(ctx, `SELECT count(*) FROM pg_stat_activity
+		err := watcher.QueryRow(ctx, `SELECT count(*) FROM pg_stat_activity
 			WHERE wait_event_type = 'Lock' AND query LIKE 'UPDATE sessions SET system%'`).Scan(&n)
 		if err != nil {
 			t.Fatal(err)
