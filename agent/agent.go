@@ -210,6 +210,12 @@ type Turn struct {
 	// and a step whose model request is made again is announced with
 	// agent.step_restarted.
 	Attempt int
+	// InTools, with Attempt, says the lost attempt was cut in the tool
+	// phase of the last saved step (some of its calls had no result when
+	// the run was taken up): it never began the next model request, so that
+	// request is no restart. Otherwise the next request may repeat one the
+	// lost attempt had begun, and is announced.
+	InTools bool
 	// Observer, when set, watches the run's model requests and tool calls
 	// (metrics, traces).
 	Observer Observer
@@ -365,6 +371,12 @@ func (l *loop) run(ctx context.Context) run.Outcome {
 		l.msgs = append(l.msgs, user)
 	}
 
+	// A resumed run's next model request may repeat one its lost attempt
+	// had begun, streaming deltas: so whenever that attempt had left the
+	// last saved step's tool phase (no calls, or every call answered), as
+	// it was then free to make the next request. The announcement tells
+	// readers to drop what they hold of that step.
+	restart := l.t.Attempt >= 2 && !l.t.InTools && (openAsst == nil || answeredAll(openAsst.ToolCalls, l.answered))
 	var lastText string
 	if openAsst != nil {
 		// Resumed in the tool phase of step last: the calls still without a
@@ -377,7 +389,6 @@ func (l *loop) run(ctx context.Context) run.Outcome {
 			return out
 		}
 	}
-	restart := l.t.Attempt >= 2 && openAsst == nil
 	extra := false // this step exists only by the final-step rule
 	for step := last + 1; ; step++ {
 		if step > l.a.cfg.MaxSteps && !extra {
@@ -434,6 +445,16 @@ func (l *loop) run(ctx context.Context) run.Outcome {
 			return out
 		}
 	}
+}
+
+// answeredAll reports whether every call has a saved result.
+func answeredAll(calls []rein.ToolCall, answered map[string]bool) bool {
+	for _, c := range calls {
+		if !answered[c.ID] {
+			return false
+		}
+	}
+	return true
 }
 
 func (l *loop) pending(ctx context.Context) (int, error) {

@@ -57,6 +57,9 @@ type liveRun struct {
 	// with the parent: a drain stops the deepest runs first.
 	depth   int
 	attempt int
+	// inTools: a resumed run's lost attempt was cut in its tool phase
+	// (agent.Turn.InTools).
+	inTools bool
 	// closing is what the loop's Journal.Finish handed over, written with
 	// the run's end.
 	closingMsgs []rein.Message
@@ -269,7 +272,7 @@ func (s *Service) startClaimed(c claim) {
 	lr.mu.Lock()
 	lr.rec, lr.lease, lr.started, lr.unparked = c.rec, c.lease, true, c.unparked
 	if c.resumed {
-		lr.attempt = c.rec.Resumes + 1
+		lr.attempt, lr.inTools = c.rec.Resumes+1, c.inTools
 	}
 	if lr.expiry != nil {
 		lr.expiry.Stop()
@@ -336,7 +339,7 @@ func (s *Service) endClaimedUnstarted(c claim) {
 func (s *Service) execute(ctx context.Context, c *run.Control, lr *liveRun) run.Outcome {
 	key := lr.key()
 	lr.mu.Lock()
-	rec, attempt := lr.rec, lr.attempt
+	rec, attempt, inTools := lr.rec, lr.attempt, lr.inTools
 	lr.executed = true
 	lr.mu.Unlock()
 	s.cfg.Observer.RunStarted()
@@ -409,6 +412,7 @@ func (s *Service) execute(ctx context.Context, c *run.Control, lr *liveRun) run.
 		Park:       true,
 		ParkOnStop: s.parkOnStop,
 		Attempt:    attempt,
+		InTools:    inTools,
 		Observer:   s.probe,
 	}
 	return ag.Loop.Run(ctx, c, &lr.turn)
