@@ -71,10 +71,10 @@ func (m *pacedModel) Stream(ctx context.Context, req *model.Request) (model.Stre
 
 type pacedStream struct {
 	model.Stream
-	m         *pacedModel
-	ctx       context.Context
-	run       string
-	step      int
+	m      *pacedModel
+	ctx    context.Context
+	run    string
+	step   int
 	texts  int   // text chunks handed on
 	logged int   // deltas of this step's latest attempt seen in the log
 	after  int64 // where the log was read to
