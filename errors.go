@@ -253,31 +253,24 @@ func scanVerb(s string, args []any, argNum *int) (spec string, used []any, verb 
 		b.WriteByte(s[i])
 		i++
 	}
-	i = index(i)
-	if i < len(s) && s[i] == '*' {
-		b.WriteByte('*')
-		take()
-		i++
-	} else {
-		for i < len(s) && s[i] >= '0' && s[i] <= '9' {
-			b.WriteByte(s[i])
-			i++
-		}
-	}
-	if i < len(s) && s[i] == '.' {
-		b.WriteByte('.')
-		i++
+	// number reads a width or a precision: "*" (an operand) or digits.
+	number := func(i int) int {
 		i = index(i)
 		if i < len(s) && s[i] == '*' {
 			b.WriteByte('*')
 			take()
-			i++
-		} else {
-			for i < len(s) && s[i] >= '0' && s[i] <= '9' {
-				b.WriteByte(s[i])
-				i++
-			}
+			return i + 1
 		}
+		for i < len(s) && s[i] >= '0' && s[i] <= '9' {
+			b.WriteByte(s[i])
+			i++
+		}
+		return i
+	}
+	i = number(i)
+	if i < len(s) && s[i] == '.' {
+		b.WriteByte('.')
+		i = number(i + 1)
 	}
 	i = index(i)
 	if i >= len(s) {
