@@ -15,6 +15,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 
+	"github.com/reinhq/rein/app"
 	"github.com/reinhq/rein/internal/id"
 	"github.com/reinhq/rein/server"
 	"github.com/reinhq/rein/sessions"
@@ -184,10 +185,6 @@ func cmdServe(ctx context.Context, args []string, std stdio) error {
 
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
-	metrics, err := server.NewInstanceMetrics(reg, *f.instanceID)
-	if err != nil {
-		return err
-	}
 	// Tracing is off unless OTEL_EXPORTER_OTLP_ENDPOINT (or its traces
 	// variant) is set; the provider is flushed after the drain.
 	tp, shutdownTracing, err := telemetry.FromEnv(ctx, std.lookupEnv, buildVersion())
@@ -201,38 +198,19 @@ func cmdServe(ctx context.Context, args []string, std stdio) error {
 			logger.Warn("flush traces", "err", err)
 		}
 	}()
-	rt, err := buildRuntime(ctx, runtimeOptions{
+	rt, err := openRuntime(ctx, app.Options{
 		Store: *f.store, Model: *f.model, Confirm: f.confirm.confirm(), Workspace: *f.workspace,
-		Config: *f.config, MaxSteps: *f.maxSteps, Instance: *f.instanceID, MaxDepth: *f.maxDepth, WakeParents: *f.wakeParents,
-		LeaseTTL: *f.leaseTTL, ResumeAttempts: resumeOption(*f.resumeAttempts), Logger: logger, Observer: metrics, LookupEnv: std.lookupEnv,
-		OnRetry: metrics.ModelRetry, Retention: *f.retention, Flags: f.fs,
-		MaxRunsInFlight: *f.maxRuns, MaxPendingWrites: *f.maxPending, TracerProvider: tp,
-	})
+		ConfigFile: *f.config, MaxSteps: *f.maxSteps, Instance: *f.instanceID, MaxDepth: *f.maxDepth, WakeParents: *f.wakeParents,
+		LeaseTTL: *f.leaseTTL, ResumeAttempts: resumeOption(*f.resumeAttempts), Logger: logger, LookupEnv: std.lookupEnv,
+		Retention: *f.retention, MaxRunsInFlight: *f.maxRuns, MaxPendingWrites: *f.maxPending,
+		TracerProvider: tp, Registry: reg,
+		Tokens: tokens, DrainTimeout: *f.drain, TLSCertFile: *f.tlsCert, TLSKeyFile: *f.tlsKey,
+		CORSOrigins: f.corsOrigins(), MaxStreamsPerOwner: *f.maxStreams,
+	}, f.fs)
 	if err != nil {
 		return err
 	}
 	defer rt.Close()
-	// Settlements a crash skipped are written before anything else runs
-	// (writes only: the service starts with the server).
-	if err := rt.sub.Reconcile(ctx); err != nil {
-		logger.Warn("settle subagents after a restart", "err", err)
-	}
-	srv, err := server.New(server.Config{
-		Service: rt.svc, Tokens: tokens, Logger: logger, Metrics: metrics, DrainTimeout: *f.drain, TracerProvider: tp,
-		TLSCertFile: *f.tlsCert, TLSKeyFile: *f.tlsKey, CORSOrigins: f.corsOrigins(), MaxStreamsPerOwner: *f.maxStreams,
-	})
-	if err != nil {
-		// What the server refuses is its configuration: a certificate
-		// that does not load, an origin that is not one.
-		msg := strings.TrimPrefix(err.Error(), "server: ")
-		switch {
-		case strings.Contains(msg, "CORS"):
-			msg = f.fs.label("cors-origin") + ": " + msg
-		case strings.Contains(msg, "TLS"):
-			msg = f.fs.label("tls-cert") + ", " + f.fs.label("tls-key") + ": " + msg + " (give a PEM certificate and its PEM key)"
-		}
-		return usagef("%s", msg)
-	}
 	ln, err := net.Listen("tcp", *f.addr)
 	if err != nil {
 		return err
@@ -261,7 +239,7 @@ func cmdServe(ctx context.Context, args []string, std stdio) error {
 		}
 		defer closeProfiles()
 	}
-	return srv.Serve(sigCtx, ln)
+	return rt.Serve(sigCtx, ln)
 }
 
 // warnShortTokens warns about every token shorter than minTokenLength,
@@ -289,7 +267,7 @@ func warnShortTokens(logger *slog.Logger, tokens map[string]string) {
 }
 
 // resumeOption turns a --resume-attempts value into
-// runtimeOptions.ResumeAttempts, where 0 means the default: the flag's 0
+// app.Options.ResumeAttempts, where 0 means the default: the flag's 0
 // (never resume) becomes -1.
 func resumeOption(n int) int {
 	if n == 0 {
