@@ -61,6 +61,7 @@ type serveFlags struct {
 	maxPending     *int
 	wakeParents    *bool
 	pprofAddr      *string
+	protocols      *string
 }
 
 func newServeFlags(std stdio) *serveFlags {
@@ -88,6 +89,7 @@ func newServeFlags(std stdio) *serveFlags {
 		maxPending:     fs.Int("max-pending-writes", 0, "writes waiting for the store beyond which new runs and sessions are answered 503 with Retry-After (0: the store's writer queue size; negative: no bound)"),
 		wakeParents:    fs.Bool("wake-parents", false, "when a background subagent finishes, start a run of its parent session if the parent is idle, so it reacts to the subagent's note at once (default: the note waits for the parent's next message)"),
 		pprofAddr:      fs.String("pprof-addr", "", "loopback `HOST:PORT` on which to serve Go's profiles (/debug/pprof/) for diagnosing the server's CPU and memory (none: off)"),
+		protocols:      fs.String("protocols", defaultProtocols(), "comma-separated wire `PROTOCOLS` to serve beside the native API, each under its prefix: anthropic (/v1, the Claude Managed Agents sessions API); none for none"),
 		logLevel:       newChoice("info", "debug", "info", "warn", "error"),
 		logFormat:      newChoice("text", "text", "json"),
 	}
@@ -129,6 +131,9 @@ func (f *serveFlags) parse(args []string, std stdio) error {
 		return fs.invalid("max-runs-in-flight", "must be at least 1, e.g. %d (or negative for no bound)", sessions.DefaultMaxRunsInFlight)
 	case *f.pprofAddr != "" && (!validListenAddr(*f.pprofAddr) || !loopbackAddr(*f.pprofAddr)):
 		return fs.invalid("pprof-addr", "must be a loopback HOST:PORT such as 127.0.0.1:6060: profiles reveal the server's memory, so they are never served on another interface")
+	}
+	if _, err := parseProtocols(*f.protocols); err != nil {
+		return fs.invalid("protocols", "%s", err)
 	}
 	return nil
 }
@@ -220,6 +225,7 @@ func cmdServe(ctx context.Context, args []string, std stdio) error {
 	srv, err := server.New(server.Config{
 		Service: rt.svc, Tokens: tokens, Logger: logger, Metrics: metrics, DrainTimeout: *f.drain, TracerProvider: tp,
 		TLSCertFile: *f.tlsCert, TLSKeyFile: *f.tlsKey, CORSOrigins: f.corsOrigins(), MaxStreamsPerOwner: *f.maxStreams,
+		Protocols: protocolMounts(f.protocolNames(), rt.svc, logger),
 	})
 	if err != nil {
 		// What the server refuses is its configuration: a certificate
