@@ -10,6 +10,7 @@ import (
 	"github.com/reinhq/rein/internal/reintest"
 	"github.com/reinhq/rein/protocol"
 	"github.com/reinhq/rein/protocol/anthropic"
+	"github.com/reinhq/rein/protocol/protocoltest"
 	"github.com/reinhq/rein/sessions"
 )
 
@@ -17,7 +18,7 @@ import (
 // tokens for two owners.
 func newServer(t *testing.T) *reintest.Server {
 	return reintest.NewServer(t, reintest.ServerOptions{
-		Script: "testdata/script.yaml",
+		Script: protocoltest.WriteScript(t),
 		Tokens: map[string]string{"tok-alice": "alice", "tok-bob": "bob"},
 		Protocols: func(svc *sessions.Service) []protocol.Mount {
 			return []protocol.Mount{anthropic.Mount(svc, anthropic.Options{})}

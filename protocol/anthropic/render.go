@@ -177,6 +177,9 @@ type (
 		ID          string `json:"id"`
 		Type        string `json:"type"`
 		ProcessedAt string `json:"processed_at"`
+		// Seq is Rein's extension: the seq of the log event rendered,
+		// the cursor a stream resumes after (?after=SEQ).
+		Seq int64 `json:"seq"`
 	}
 	messageJSON struct {
 		baseJSON
@@ -244,6 +247,7 @@ type (
 	}
 	eventStartJSON struct {
 		Type  string `json:"type"`
+		Seq   int64  `json:"seq"`
 		Event struct {
 			Type string `json:"type"`
 			ID   string `json:"id"`
@@ -251,6 +255,7 @@ type (
 	}
 	eventDeltaJSON struct {
 		Type    string `json:"type"`
+		Seq     int64  `json:"seq"`
 		EventID string `json:"event_id"`
 		Delta   struct {
 			Type    string    `json:"type"`
@@ -261,7 +266,7 @@ type (
 )
 
 func base(id, typ string, e rein.Event) baseJSON {
-	return baseJSON{ID: id, Type: typ, ProcessedAt: rein.FormatTime(e.CreatedAt)}
+	return baseJSON{ID: id, Type: typ, ProcessedAt: rein.FormatTime(e.CreatedAt), Seq: e.Seq}
 }
 
 // event renders one event; rest are the events after it in the page.
@@ -314,13 +319,13 @@ func (r *renderer) event(ctx context.Context, e rein.Event, rest []rein.Event) e
 			st.preview = e.ID
 			if r.deltas {
 				var v eventStartJSON
-				v.Type, v.Event.Type, v.Event.ID = "event_start", "agent.message", st.preview
+				v.Type, v.Seq, v.Event.Type, v.Event.ID = "event_start", e.Seq, "agent.message", st.preview
 				r.add(e.Seq, "event_start", v)
 			}
 		}
 		if r.deltas {
 			var v eventDeltaJSON
-			v.Type, v.EventID = "event_delta", st.preview
+			v.Type, v.Seq, v.EventID = "event_delta", e.Seq, st.preview
 			v.Delta.Type, v.Delta.Content = "content_delta", textBlock{Type: "text", Text: p.Text}
 			r.add(e.Seq, "event_delta", v)
 		}
