@@ -40,6 +40,7 @@ type Handler struct {
 	svc       *sessions.Service
 	log       *slog.Logger
 	mux       *http.ServeMux
+	routes    []string
 	heartbeat time.Duration
 }
 
@@ -78,8 +79,13 @@ func Mount(svc *sessions.Service, o Options) protocol.Mount {
 
 func (h *Handler) route(pattern string, f http.HandlerFunc) {
 	method, path, _ := strings.Cut(pattern, " ")
+	h.routes = append(h.routes, method+" "+Prefix+path)
 	h.mux.HandleFunc(method+" "+Prefix+path, f)
 }
+
+// Routes lists what the adapter answers, as "METHOD /v1/path" patterns
+// (for docs and the tests that must cover every route).
+func (h *Handler) Routes() []string { return append([]string(nil), h.routes...) }
 
 // ServeHTTP answers a request under /v1; anything no route matches is the
 // protocol's not_found_error (or a 405 for a known path).
