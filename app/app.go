@@ -131,6 +131,10 @@ type Options struct {
 	// MaxStreamsPerOwner caps each owner's open event streams
 	// (--max-streams-per-owner; 0: the server's default; negative: none).
 	MaxStreamsPerOwner int
+	// Protocols names the wire protocols served beside the native API,
+	// each under its prefix (--protocols; see Protocols for the names):
+	// nil serves all of them, an empty list none.
+	Protocols []string
 }
 
 // OptionError is an Options field Open could not use. Err says why: an
@@ -428,10 +432,14 @@ func Open(ctx context.Context, o Options) (*Runtime, error) {
 // newServer builds the HTTP API over svc: the one place the server is
 // made, so that what it mounts is decided here.
 func newServer(o Options, svc *sessions.Service, metrics *server.Metrics) (*server.Server, error) {
+	mounts, err := protocolMounts(o, svc)
+	if err != nil {
+		return nil, err
+	}
 	srv, err := server.New(server.Config{
 		Service: svc, Tokens: o.Tokens, Logger: o.Logger, Metrics: metrics, DrainTimeout: o.DrainTimeout,
 		TracerProvider: o.TracerProvider, TLSCertFile: o.TLSCertFile, TLSKeyFile: o.TLSKeyFile,
-		CORSOrigins: o.CORSOrigins, MaxStreamsPerOwner: o.MaxStreamsPerOwner,
+		CORSOrigins: o.CORSOrigins, MaxStreamsPerOwner: o.MaxStreamsPerOwner, Protocols: mounts,
 	})
 	if err != nil {
 		// What the server refuses is its configuration: a certificate

@@ -148,6 +148,9 @@ func TestOpenOptionErrors(t *testing.T) {
 		{"tool name taken", app.Options{Tools: []tool.Tool{dup}}, "Tools", func(err error) bool { return strings.Contains(err.Error(), "sleep") }, ""},
 		{"CORS without an origin", app.Options{CORSOrigins: []string{"not an origin"}}, "CORSOrigins", func(err error) bool { return err != nil }, ""},
 		{"TLS files missing", app.Options{TLSCertFile: "/nonexistent/cert.pem", TLSKeyFile: "/nonexistent/key.pem"}, "TLSCertFile", func(err error) bool { return err != nil }, ""},
+		{"unknown protocol", app.Options{Protocols: []string{"anthropic", "smoke-signals"}}, "Protocols", func(err error) bool {
+			return rein.CodeOf(err) == rein.CodeInvalidArgument && strings.Contains(err.Error(), "smoke-signals")
+		}, ""},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			c.o.LookupEnv = noEnv
@@ -164,6 +167,41 @@ func TestOpenOptionErrors(t *testing.T) {
 				t.Fatalf("error %q shows %q", err, c.hidden)
 			}
 		})
+	}
+}
+
+// TestProtocols: a nil list mounts every protocol, "none" (an empty list)
+// none; the prefix answers only when mounted.
+func TestProtocols(t *testing.T) {
+	ctx := testContext(t)
+	if got, err := app.ParseProtocols(" none "); err != nil || got == nil || len(got) != 0 {
+		t.Fatalf(`ParseProtocols("none") = %v, %v: want an empty, non-nil list`, got, err)
+	}
+	if got, err := app.ParseProtocols("anthropic"); err != nil || len(got) != 1 || got[0] != "anthropic" {
+		t.Fatalf(`ParseProtocols("anthropic") = %v, %v`, got, err)
+	}
+	if _, err := app.ParseProtocols("anthropic,x"); rein.CodeOf(err) != rein.CodeInvalidArgument {
+		t.Fatalf(`ParseProtocols("anthropic,x") = %v: want invalid_argument`, err)
+	}
+	for _, c := range []struct {
+		protocols []string
+		want      int
+	}{{nil, http.StatusOK}, {[]string{}, http.StatusNotFound}} {
+		rt, err := app.Open(ctx, app.Options{Protocols: c.protocols, LookupEnv: noEnv})
+		if err != nil {
+			t.Fatal(err)
+		}
+		hs := httptest.NewServer(rt.Handler())
+		resp, err := http.Get(hs.URL + "/v1/sessions")
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		rt.Close()
+		hs.Close()
+		if resp.StatusCode != c.want {
+			t.Errorf("Protocols %v: GET /v1/sessions answered %d, want %d", c.protocols, resp.StatusCode, c.want)
+		}
 	}
 }
 

@@ -39,6 +39,7 @@ import (
 
 	"github.com/reinhq/rein"
 	"github.com/reinhq/rein/internal/id"
+	"github.com/reinhq/rein/protocol"
 	"github.com/reinhq/rein/server/web"
 	"github.com/reinhq/rein/sessions"
 )
@@ -91,6 +92,13 @@ type Config struct {
 	// IdleTimeout closes a keep-alive connection idle this long (default
 	// DefaultIdleTimeout).
 	IdleTimeout time.Duration
+	// Protocols are adapters of foreign wire protocols (docs/protocols.md),
+	// each answering everything under its prefix on the same listener,
+	// behind the same authentication (a token from Authorization: Bearer
+	// or x-api-key), metrics, limits and shutdown as /api. Prefixes must
+	// be distinct and may not be /api, /console, /healthz, /readyz or
+	// /metrics.
+	Protocols []protocol.Mount
 }
 
 // Server is the HTTP API. It is an http.Handler; Serve runs it on a
@@ -106,6 +114,7 @@ type Server struct {
 	shutdown  time.Duration
 	mux       *http.ServeMux
 	routes    []Route
+	protocols []protocol.Mount
 	// Serving beyond loopback (tls.go, cors.go, limits.go).
 	certs       *certFiles // nil: plain HTTP
 	corsPolicy  *corsPolicy
@@ -160,6 +169,9 @@ func New(cfg Config) (*Server, error) {
 	if err := m.bind(cfg.Service.Stats); err != nil {
 		return nil, err
 	}
+	if err := checkMounts(cfg.Protocols); err != nil {
+		return nil, err
+	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.DiscardHandler)
 	}
@@ -194,6 +206,7 @@ func New(cfg Config) (*Server, error) {
 		streamLimit: newStreamLimit(cfg.MaxStreamsPerOwner),
 		readTimeout: cfg.ReadTimeout,
 		idleTimeout: cfg.IdleTimeout,
+		protocols:   slices.Clone(cfg.Protocols),
 	}
 	s.streams, s.stopStreams = context.WithCancel(context.Background())
 	metricsHandler := promhttp.HandlerFor(m.reg, promhttp.HandlerOpts{
@@ -376,6 +389,10 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 
 	if s.cors(sw, r) {
 		route = "(cors preflight)"
+		return
+	}
+	if m := s.mountOf(r.URL.Path); m != nil {
+		route = s.serveProtocol(sw, r, m)
 		return
 	}
 	if r.URL.Path == "/api" || strings.HasPrefix(r.URL.Path, "/api/") {

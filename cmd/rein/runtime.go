@@ -46,7 +46,7 @@ func openRuntime(ctx context.Context, o app.Options, fs *flagSet) (*app.Runtime,
 	case "CORSOrigins":
 		return nil, usagef("%s: %s", label("cors-origin"), serverMessage(oe.Err))
 	}
-	flag := map[string]string{"Model": "model", "Confirm": "confirm"}[oe.Option]
+	flag := map[string]string{"Model": "model", "Confirm": "confirm", "Protocols": "protocols"}[oe.Option]
 	if flag == "" {
 		return nil, err
 	}

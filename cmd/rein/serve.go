@@ -62,6 +62,7 @@ type serveFlags struct {
 	maxPending     *int
 	wakeParents    *bool
 	pprofAddr      *string
+	protocols      *string
 }
 
 func newServeFlags(std stdio) *serveFlags {
@@ -89,6 +90,7 @@ func newServeFlags(std stdio) *serveFlags {
 		maxPending:     fs.Int("max-pending-writes", 0, "writes waiting for the store beyond which new runs and sessions are answered 503 with Retry-After (0: the store's writer queue size; negative: no bound)"),
 		wakeParents:    fs.Bool("wake-parents", false, "when a background subagent finishes, start a run of its parent session if the parent is idle, so it reacts to the subagent's note at once (default: the note waits for the parent's next message)"),
 		pprofAddr:      fs.String("pprof-addr", "", "loopback `HOST:PORT` on which to serve Go's profiles (/debug/pprof/) for diagnosing the server's CPU and memory (none: off)"),
+		protocols:      fs.String("protocols", strings.Join(app.Protocols(), ","), "comma-separated wire `PROTOCOLS` to serve beside the native API, each under its prefix: anthropic (/v1, the Claude Managed Agents sessions API); none for none"),
 		logLevel:       newChoice("info", "debug", "info", "warn", "error"),
 		logFormat:      newChoice("text", "text", "json"),
 	}
@@ -131,10 +133,19 @@ func (f *serveFlags) parse(args []string, std stdio) error {
 	case *f.pprofAddr != "" && (!validListenAddr(*f.pprofAddr) || !loopbackAddr(*f.pprofAddr)):
 		return fs.invalid("pprof-addr", "must be a loopback HOST:PORT such as 127.0.0.1:6060: profiles reveal the server's memory, so they are never served on another interface")
 	}
+	if _, err := app.ParseProtocols(*f.protocols); err != nil {
+		return fs.invalid("protocols", "%s", message(err))
+	}
 	return nil
 }
 
 // corsOrigins is the --cors-origin list (nil: CORS off).
+// protocolNames is the --protocols list (checked by parse).
+func (f *serveFlags) protocolNames() []string {
+	names, _ := app.ParseProtocols(*f.protocols)
+	return names
+}
+
 func (f *serveFlags) corsOrigins() []string {
 	var out []string
 	for _, o := range strings.Split(*f.corsOrigin, ",") {
@@ -205,7 +216,7 @@ func cmdServe(ctx context.Context, args []string, std stdio) error {
 		Retention: *f.retention, MaxRunsInFlight: *f.maxRuns, MaxPendingWrites: *f.maxPending,
 		TracerProvider: tp, Registry: reg,
 		Tokens: tokens, DrainTimeout: *f.drain, TLSCertFile: *f.tlsCert, TLSKeyFile: *f.tlsKey,
-		CORSOrigins: f.corsOrigins(), MaxStreamsPerOwner: *f.maxStreams,
+		CORSOrigins: f.corsOrigins(), MaxStreamsPerOwner: *f.maxStreams, Protocols: f.protocolNames(),
 	}, f.fs)
 	if err != nil {
 		return err

@@ -17,6 +17,7 @@ import (
 	"github.com/reinhq/rein/agent"
 	"github.com/reinhq/rein/model"
 	"github.com/reinhq/rein/model/scripted"
+	"github.com/reinhq/rein/protocol"
 	"github.com/reinhq/rein/server"
 	"github.com/reinhq/rein/sessions"
 	"github.com/reinhq/rein/store"
@@ -107,6 +108,9 @@ type ServerOptions struct {
 	Configure func(*sessions.Config)
 	// Wrap, when set, wraps the server's handler (to observe requests).
 	Wrap func(http.Handler) http.Handler
+	// Protocols, when set, builds the protocol adapters the server mounts
+	// (as rein serve --protocols does).
+	Protocols func(*sessions.Service) []protocol.Mount
 }
 
 // Server is a running test server and what is behind it.
@@ -144,7 +148,11 @@ func NewServer(t testing.TB, o ServerOptions) *Server {
 	if err != nil {
 		t.Fatal(err)
 	}
-	srv, err := server.New(server.Config{Service: svc, Tokens: o.Tokens, Logger: o.Logger, Metrics: metrics, Heartbeat: o.Heartbeat})
+	var mounts []protocol.Mount
+	if o.Protocols != nil {
+		mounts = o.Protocols(svc)
+	}
+	srv, err := server.New(server.Config{Service: svc, Tokens: o.Tokens, Logger: o.Logger, Metrics: metrics, Heartbeat: o.Heartbeat, Protocols: mounts})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -1,0 +1,122 @@
+package anthropic_test
+
+import (
+	"context"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	sdk "github.com/anthropics/anthropic-sdk-go/v2"
+	"github.com/anthropics/anthropic-sdk-go/v2/option"
+
+	"github.com/reinhq/rein/internal/reintest"
+	"github.com/reinhq/rein/protocol"
+	"github.com/reinhq/rein/protocol/anthropic"
+	"github.com/reinhq/rein/protocol/protocoltest"
+	"github.com/reinhq/rein/sessions"
+)
+
+// newServer is a server as rein serve builds it, with /v1 mounted, and
+// tokens for two owners.
+func newServer(t *testing.T) *reintest.Server {
+	return reintest.NewServer(t, reintest.ServerOptions{
+		Script: protocoltest.WriteScript(t),
+		Tokens: map[string]string{"tok-alice": "alice", "tok-bob": "bob"},
+		Protocols: func(svc *sessions.Service) []protocol.Mount {
+			return []protocol.Mount{anthropic.Mount(svc, anthropic.Options{})}
+		},
+	})
+}
+
+// client is the official Go SDK pointed at srv with token.
+func client(srv *reintest.Server, token string) sdk.Client {
+	return sdk.NewClient(option.WithBaseURL(srv.URL), option.WithAPIKey(token), option.WithHTTPClient(srv.HTTP), option.WithMaxRetries(0))
+}
+
+// TestOneTurn drives one turn through the SDK: the session, the message,
+// the stream from the log's start, the same events listed.
+func TestOneTurn(t *testing.T) {
+	srv := newServer(t)
+	c := client(srv, "tok-alice")
+	ctx := context.Background()
+	s, err := c.Beta.Sessions.New(ctx, sdk.BetaSessionNewParams{Agent: sdk.BetaSessionNewParamsAgentUnion{OfString: sdk.String("default")}, EnvironmentID: "env_1", Title: sdk.String("hi")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if s.Title != "hi" || s.EnvironmentID != "env_1" || s.Agent.ID != "default" || s.Status != "idle" {
+		t.Fatalf("session = %s", s.RawJSON())
+	}
+	if _, err := c.Beta.Sessions.Events.Send(ctx, s.ID, sdk.BetaSessionEventSendParams{Events: []sdk.BetaManagedAgentsEventParamsUnion{{
+		OfUserMessage: &sdk.BetaManagedAgentsUserMessageEventParams{Content: []sdk.BetaManagedAgentsUserMessageEventParamsContentUnion{{OfText: &sdk.BetaManagedAgentsTextBlockParam{Text: "hello"}}}},
+	}}}); err != nil {
+		t.Fatal(err)
+	}
+	st := c.Beta.Sessions.Events.StreamEvents(ctx, s.ID, sdk.BetaSessionEventStreamParams{}, option.WithQuery("after", "0"))
+	defer st.Close()
+	var streamed []string
+	for st.Next() {
+		ev := st.Current()
+		streamed = append(streamed, ev.Type+" "+ev.ID)
+		if ev.Type == "agent.message" && ev.AsAgentMessage().Content[0].Text != "echo: hello" {
+			t.Fatalf("agent.message = %s", ev.RawJSON())
+		}
+		if ev.Type == "session.status_idle" {
+			break
+		}
+	}
+	want := []string{"user.message", "session.status_running", "span.model_request_start", "agent.message", "span.model_request_end", "session.status_idle"}
+	if len(streamed) != len(want) {
+		t.Fatalf("streamed %q, want types %q", streamed, want)
+	}
+	page, err := c.Beta.Sessions.Events.List(ctx, s.ID, sdk.BetaSessionEventListParams{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i, ev := range page.Data {
+		if i >= len(streamed) || ev.Type+" "+ev.ID != streamed[i] || ev.Type != want[i] {
+			t.Fatalf("listed %d: %s %s; streamed %q", i, ev.Type, ev.ID, streamed)
+		}
+	}
+	if len(page.Data) != len(streamed) {
+		t.Fatalf("listed %d events, streamed %d", len(page.Data), len(streamed))
+	}
+}
+
+// TestNodeSDK runs the TypeScript SDK's interop test (testdata/node,
+// @anthropic-ai/sdk pinned by its lockfile) against a server. Without node
+// on PATH it is skipped, unless REIN_REQUIRE_NODE is set (CI sets it).
+func TestNodeSDK(t *testing.T) {
+	if testing.Short() {
+		t.Skip("installs npm packages")
+	}
+	node, err := exec.LookPath("node")
+	npm, err2 := exec.LookPath("npm")
+	if err != nil || err2 != nil {
+		if os.Getenv("REIN_REQUIRE_NODE") != "" {
+			t.Fatal("node and npm are required (REIN_REQUIRE_NODE is set)")
+		}
+		t.Skip("node or npm is not on PATH")
+	}
+	dir, err := filepath.Abs("testdata/node")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ci := exec.Command(npm, "ci", "--no-audit", "--no-fund")
+	ci.Dir = dir
+	if out, err := ci.CombinedOutput(); err != nil {
+		t.Fatalf("npm ci: %v\n%s", err, out)
+	}
+	srv := newServer(t)
+	cmd := exec.Command(node, "--test")
+	cmd.Dir = dir
+	cmd.Env = append(os.Environ(), "REIN_URL="+srv.URL, "REIN_TOKEN=tok-alice")
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		t.Fatalf("node --test: %v\n%s", err, out)
+	}
+	if !strings.Contains(string(out), "# fail 0") || !strings.Contains(string(out), "# pass 3") {
+		t.Fatalf("node --test did not pass its 3 tests:\n%s", out)
+	}
+}
