@@ -7,6 +7,7 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -134,3 +135,67 @@ func get(b *testing.B, srv *reintest.Server, path string) *http.Response {
 }
 
 func writeFile(p, s string) error { return os.WriteFile(p, []byte(s), 0o600) }
+
+// BenchmarkStreamCPU measures the server's CPU per streamed chunk: a run
+// streams 200 model chunks to one reader of each API in turn (the native
+// stream's agent.message.delta frames, /v1's event_delta previews; the log
+// coalesces chunks into fewer delta events), and the process's CPU time over
+// the run is divided by the chunks. The run's own work is the same for
+// both, so the difference is what rendering costs. Reported:
+// native-cpu-us/chunk, v1-cpu-us/chunk and their ratio.
+func BenchmarkStreamCPU(b *testing.B) {
+	p := filepath.Join(b.TempDir(), "script.yaml")
+	if err := writeFile(p, "rules:\n  - match: \"\"\n    steps:\n      - text: \""+strings.Repeat("x", 400)+"\"\n        chunks: 200\n"); err != nil {
+		b.Fatal(err)
+	}
+	srv := reintest.NewServer(b, reintest.ServerOptions{
+		Script: p,
+		Protocols: func(svc *sessions.Service) []protocol.Mount {
+			return []protocol.Mount{anthropic.Mount(svc, anthropic.Options{})}
+		},
+	})
+	apis := []struct{ name, create, stream, send, body, end string }{
+		{"native", "/api/sessions", "/api/sessions/%s/events/stream", "/api/sessions/%s/events",
+			`{"events":[{"type":"user.message","payload":{"text":"go"}}]}`, "event: session.run_completed"},
+		{"v1", "/v1/sessions", "/v1/sessions/%s/events/stream?event_deltas[]=agent.message", "/v1/sessions/%s/events",
+			`{"events":[{"type":"user.message","content":[{"type":"text","text":"go"}]}]}`, "event: session.status_idle"},
+	}
+	cpu := map[string]time.Duration{}
+	for range b.N {
+		for _, api := range apis {
+			body := `{}`
+			if api.name == "v1" {
+				body = `{"agent":"default","environment_id":""}`
+			}
+			sid := idOf(b, post(b, srv, api.create, body))
+			resp := get(b, srv, strings.Replace(api.stream, "%s", sid, 1))
+			rd := bufio.NewReader(resp.Body)
+			t0 := processCPU(b)
+			post(b, srv, strings.Replace(api.send, "%s", sid, 1), api.body)
+			for {
+				line, err := rd.ReadString('\n')
+				if err != nil {
+					b.Fatal(err)
+				}
+				if strings.HasPrefix(line, api.end) {
+					break
+				}
+			}
+			cpu[api.name] += processCPU(b) - t0
+			resp.Body.Close()
+		}
+	}
+	per := func(name string) float64 { return float64(cpu[name]) / float64(b.N) / 200 / 1e3 }
+	b.ReportMetric(per("native"), "native-cpu-us/chunk")
+	b.ReportMetric(per("v1"), "v1-cpu-us/chunk")
+	b.ReportMetric(per("v1")/per("native"), "v1/native-cpu")
+}
+
+// processCPU is the CPU time (user and system) the process has used.
+func processCPU(b *testing.B) time.Duration {
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		b.Fatal(err)
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+}
