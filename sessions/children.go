@@ -219,17 +219,8 @@ func (s *Service) Flush(ctx context.Context, key rein.SessionKey) (bool, error) 
 }
 
 // RecentlyEnded returns the runs (all owners) that ended at or after since,
-// for catching up on work a crash interrupted (subagent settlement).
+// oldest end first, for catching up on work a crash interrupted (subagent
+// settlement). It reads those runs only, by the store's end-time index.
 func (s *Service) RecentlyEnded(ctx context.Context, since time.Time) ([]*store.RunRecord, error) {
-	runs, err := s.st.ListRunsByStatus(ctx, rein.StatusCompleted, rein.StatusFailed, rein.StatusCancelled)
-	if err != nil {
-		return nil, err
-	}
-	out := runs[:0]
-	for _, r := range runs {
-		if !r.EndedAt.Before(since) {
-			out = append(out, r)
-		}
-	}
-	return out, nil
+	return s.st.ListEndedSince(ctx, since)
 }
