@@ -55,7 +55,7 @@ func TestServeDelegates(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		kids, err := rt.svc.ListChildren(ctx, sess.Key())
+		kids, err := rt.svc.Children().List(ctx, sess.Key())
 		if err != nil {
 			t.Fatal(err)
 		}
