@@ -38,16 +38,35 @@ type Session interface {
 	Pending(ctx context.Context) (int, error)
 }
 
-// FromStore binds a store inbox to one session.
-func FromStore(s store.Inbox, key rein.SessionKey) Session { return storeSession{s: s, key: key} }
+// Store is what FromStore needs of a store: its inbox reads, and Update,
+// the one way a store is written.
+type Store interface {
+	store.Inbox
+	store.Updater
+}
+
+// FromStore binds a store's inbox to one session.
+func FromStore(s Store, key rein.SessionKey) Session { return storeSession{s: s, key: key} }
 
 type storeSession struct {
-	s   store.Inbox
+	s   Store
 	key rein.SessionKey
 }
 
+// Consume takes the queued supplements in one Update, which serialises
+// with every other write to the session: of concurrent consumers, each
+// supplement goes to exactly one.
 func (b storeSession) Consume(ctx context.Context, runID string, step int) ([]*store.Supplement, error) {
-	return b.s.ConsumeSupplements(ctx, b.key, runID, step)
+	var out []*store.Supplement
+	err := b.s.Update(ctx, b.key, store.Fence{}, func(tx store.Tx) error {
+		var err error
+		out, err = store.ConsumeQueued(tx, runID, step)
+		return err
+	})
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
 }
 
 func (b storeSession) Pending(ctx context.Context) (int, error) {

@@ -9,6 +9,7 @@ import (
 	"github.com/reinhq/rein/inbox"
 	"github.com/reinhq/rein/store"
 	"github.com/reinhq/rein/store/memory"
+	"github.com/reinhq/rein/store/storetest"
 )
 
 var key = rein.SessionKey{Owner: "alice", ID: "s1"}
@@ -71,7 +72,7 @@ func TestFromStoreAndMessage(t *testing.T) {
 	if err := st.CreateSession(ctx, &store.Session{Owner: key.Owner, ID: key.ID}); err != nil {
 		t.Fatal(err)
 	}
-	if _, _, err := st.PushSupplement(ctx, &store.Supplement{Owner: key.Owner, SessionID: key.ID, ID: "n1", Text: "use metric", Source: inbox.SourceUser, Status: store.SupplementQueued}); err != nil {
+	if _, _, err := storetest.PushSupplement(ctx, st, &store.Supplement{Owner: key.Owner, SessionID: key.ID, ID: "n1", Text: "use metric", Source: inbox.SourceUser, Status: store.SupplementQueued}); err != nil {
 		t.Fatal(err)
 	}
 	sess := inbox.FromStore(st, key)

@@ -123,18 +123,6 @@ func (b *brokenStore) ListChildren(ctx context.Context, key rein.SessionKey) ([]
 	}
 	return b.Store.ListChildren(ctx, key)
 }
-func (b *brokenStore) SetSystem(ctx context.Context, key rein.SessionKey, system *string) error {
-	if err := b.fail(); err != nil {
-		return err
-	}
-	return b.Store.SetSystem(ctx, key, system)
-}
-func (b *brokenStore) AppendHistory(ctx context.Context, key rein.SessionKey, f store.Fence, msgs []rein.Message) error {
-	if err := b.fail(); err != nil {
-		return err
-	}
-	return b.Store.AppendHistory(ctx, key, f, msgs)
-}
 func (b *brokenStore) LoadHistory(ctx context.Context, key rein.SessionKey) ([]rein.Message, error) {
 	if err := b.fail(); err != nil {
 		return nil, err
@@ -165,18 +153,6 @@ func (b *brokenStore) WaitEvents(ctx context.Context, key rein.SessionKey, after
 	}
 	return b.Store.WaitEvents(ctx, key, after)
 }
-func (b *brokenStore) CreateRun(ctx context.Context, r *store.RunRecord) error {
-	if err := b.fail(); err != nil {
-		return err
-	}
-	return b.Store.CreateRun(ctx, r)
-}
-func (b *brokenStore) UpdateRun(ctx context.Context, key rein.SessionKey, f store.Fence, runID string, u store.RunUpdate) (*store.RunRecord, error) {
-	if err := b.fail(); err != nil {
-		return nil, err
-	}
-	return b.Store.UpdateRun(ctx, key, f, runID, u)
-}
 func (b *brokenStore) GetRun(ctx context.Context, key rein.SessionKey, runID string) (*store.RunRecord, error) {
 	if err := b.fail(); err != nil {
 		return nil, err
@@ -201,18 +177,6 @@ func (b *brokenStore) ListRunsByStatus(ctx context.Context, statuses ...rein.Run
 	}
 	return b.Store.ListRunsByStatus(ctx, statuses...)
 }
-func (b *brokenStore) PushSupplement(ctx context.Context, s *store.Supplement) (*store.Supplement, bool, error) {
-	if err := b.fail(); err != nil {
-		return nil, false, err
-	}
-	return b.Store.PushSupplement(ctx, s)
-}
-func (b *brokenStore) ConsumeSupplements(ctx context.Context, key rein.SessionKey, runID string, step int) ([]*store.Supplement, error) {
-	if err := b.fail(); err != nil {
-		return nil, err
-	}
-	return b.Store.ConsumeSupplements(ctx, key, runID, step)
-}
 func (b *brokenStore) PendingSupplements(ctx context.Context, key rein.SessionKey) (int, error) {
 	if err := b.fail(); err != nil {
 		return 0, err
@@ -224,24 +188,6 @@ func (b *brokenStore) GetSupplement(ctx context.Context, key rein.SessionKey, id
 		return nil, err
 	}
 	return b.Store.GetSupplement(ctx, key, id)
-}
-func (b *brokenStore) CreateConfirmation(ctx context.Context, c *store.Confirmation) error {
-	if err := b.fail(); err != nil {
-		return err
-	}
-	return b.Store.CreateConfirmation(ctx, c)
-}
-func (b *brokenStore) ResolveConfirmation(ctx context.Context, key rein.SessionKey, toolUseID string, allow bool, deny string) (*store.Confirmation, error) {
-	if err := b.fail(); err != nil {
-		return nil, err
-	}
-	return b.Store.ResolveConfirmation(ctx, key, toolUseID, allow, deny)
-}
-func (b *brokenStore) CloseConfirmations(ctx context.Context, key rein.SessionKey, runID string) error {
-	if err := b.fail(); err != nil {
-		return err
-	}
-	return b.Store.CloseConfirmations(ctx, key, runID)
 }
 func (b *brokenStore) GetConfirmation(ctx context.Context, key rein.SessionKey, toolUseID string) (*store.Confirmation, error) {
 	if err := b.fail(); err != nil {
@@ -255,35 +201,17 @@ func (b *brokenStore) ListConfirmations(ctx context.Context, key rein.SessionKey
 	}
 	return b.Store.ListConfirmations(ctx, key, state)
 }
-func (b *brokenStore) AcquireLease(ctx context.Context, key rein.SessionKey, holder, runID string, ttl time.Duration) (*store.Lease, error) {
-	if err := b.fail(); err != nil {
-		return nil, err
-	}
-	return b.Store.AcquireLease(ctx, key, holder, runID, ttl)
-}
 func (b *brokenStore) RenewLease(ctx context.Context, l *store.Lease, ttl time.Duration) (*store.Lease, error) {
 	if err := b.fail(); err != nil {
 		return nil, err
 	}
 	return b.Store.RenewLease(ctx, l, ttl)
 }
-func (b *brokenStore) ReleaseLease(ctx context.Context, l *store.Lease) error {
-	if err := b.fail(); err != nil {
-		return err
-	}
-	return b.Store.ReleaseLease(ctx, l)
-}
 func (b *brokenStore) GetLease(ctx context.Context, key rein.SessionKey) (*store.Lease, error) {
 	if err := b.fail(); err != nil {
 		return nil, err
 	}
 	return b.Store.GetLease(ctx, key)
-}
-func (b *brokenStore) ListExpiredLeases(ctx context.Context, now time.Time) ([]*store.Lease, error) {
-	if err := b.fail(); err != nil {
-		return nil, err
-	}
-	return b.Store.ListExpiredLeases(ctx, now)
 }
 func (b *brokenStore) Update(ctx context.Context, key rein.SessionKey, f store.Fence, fn func(tx store.Tx) error) error {
 	if err := b.fail(); err != nil {

@@ -82,7 +82,7 @@ func TestDeleteSession(t *testing.T) {
 	s.results("tok", busy, ev("user.interrupt", map[string]any{"run_id": long}))
 	s.completion("tok", busy, long)
 
-	child, err := s.svc.CreateChild(t.Context(), rein.SessionKey{Owner: "alice", ID: busy}, sessions.ChildRequest{})
+	child, err := s.svc.Children().Create(t.Context(), rein.SessionKey{Owner: "alice", ID: busy}, sessions.ChildRequest{})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -4,6 +4,8 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"slices"
+	"strings"
 	"time"
 
 	"github.com/reinhq/rein"
@@ -30,6 +32,16 @@ type RunEnd struct {
 	ParentKnown bool
 }
 
+// Children is the service's plumbing for subagents (package subagent):
+// child sessions, the subagent.* events and notices that report a child's
+// work to its parent, and the catch-up after a restart. It is kept apart
+// from Service's own methods, which are what a client of a session calls;
+// Service.Children returns it. The zero value is not usable.
+type Children struct{ s *Service }
+
+// Children returns the service's subagent plumbing.
+func (s *Service) Children() Children { return Children{s: s} }
+
 // ChildRequest creates a subagent child session (docs/api.md: a child is a
 // session of the same owner with a parent and a persisted descriptor).
 type ChildRequest struct {
@@ -40,10 +52,11 @@ type ChildRequest struct {
 	Descriptor store.SubagentDescriptor
 }
 
-// CreateChild creates a child session of parent: it runs with the agent
-// the descriptor names (default: the parent's), and with the descriptor's
+// Create creates a child session of parent: it runs with the agent the
+// descriptor names (default: the parent's), and with the descriptor's
 // system prompt when it has one.
-func (s *Service) CreateChild(ctx context.Context, parent rein.SessionKey, req ChildRequest) (*store.Session, error) {
+func (c Children) Create(ctx context.Context, parent rein.SessionKey, req ChildRequest) (*store.Session, error) {
+	s := c.s
 	if err := s.unavailableIfDraining(); err != nil {
 		return nil, err
 	}
@@ -111,22 +124,48 @@ func (s *Service) childModel(name string) (model.Model, error) {
 // SessionIDInUse reports whether a session of any owner has id: the one
 // owner-blind read, so that a subagent operation from another owner's
 // session is refused as unauthorized (and learns nothing else).
-func (s *Service) SessionIDInUse(ctx context.Context, id string) (bool, error) {
-	return s.st.SessionIDInUse(ctx, id)
+func (c Children) SessionIDInUse(ctx context.Context, id string) (bool, error) {
+	return c.s.st.SessionIDInUse(ctx, id)
 }
 
-// ListChildren returns the direct children of key, oldest first.
-func (s *Service) ListChildren(ctx context.Context, key rein.SessionKey) ([]*store.Session, error) {
-	if _, err := s.st.GetSession(ctx, key); err != nil {
+// List returns the direct children of key, oldest first.
+func (c Children) List(ctx context.Context, key rein.SessionKey) ([]*store.Session, error) {
+	if _, err := c.s.st.GetSession(ctx, key); err != nil {
 		return nil, err
 	}
-	return s.st.ListChildren(ctx, key)
+	return c.s.st.ListChildren(ctx, key)
 }
 
-// LogEvent appends one event of the service's own (a subagent.* event in a
-// parent's log) to the session's log.
-func (s *Service) LogEvent(ctx context.Context, key rein.SessionKey, ev rein.Event) error {
-	return s.life.update(ctx, key, store.Fence{}, func(tx store.Tx) error {
+// subagentEvents are the events Children may log: the service writes
+// every other type itself, as the transition it reports happens.
+var subagentEvents = []rein.EventType{rein.EventSubagentStarted, rein.EventSubagentCompleted}
+
+// checkSubagentEvent refuses an event that is not a subagent.* event, so
+// that no caller can log a run's start, end or anything else the service
+// did not do.
+func checkSubagentEvent(ev rein.Event) error {
+	if slices.Contains(subagentEvents, ev.Type) {
+		return nil
+	}
+	return rein.InvalidArgument("type", "event type %q cannot be logged here: only %s can", ev.Type, joinTypes(subagentEvents))
+}
+
+func joinTypes(ts []rein.EventType) string {
+	out := make([]string, len(ts))
+	for i, t := range ts {
+		out[i] = string(t)
+	}
+	return strings.Join(out, " and ")
+}
+
+// LogEvent appends a subagent.* event (subagent.started,
+// subagent.completed) to the session's log; any other type is refused as
+// an invalid argument naming the allowed ones, and nothing is written.
+func (c Children) LogEvent(ctx context.Context, key rein.SessionKey, ev rein.Event) error {
+	if err := checkSubagentEvent(ev); err != nil {
+		return err
+	}
+	return c.s.life.update(ctx, key, store.Fence{}, func(tx store.Tx) error {
 		_, err := tx.AppendEvents(ev)
 		return err
 	})
@@ -139,9 +178,13 @@ func (s *Service) LogEvent(ctx context.Context, key rein.SessionKey, ev rein.Eve
 // delivered writes nothing. waiting reports whether the notice is in the
 // session's inbox, not yet consumed, after the call: just delivered, or
 // delivered by an earlier call (a settlement repeated after a crash)
-// that no step has taken yet; queued is when it was first delivered.
-func (s *Service) Notice(ctx context.Context, key rein.SessionKey, noticeID, text string, ev rein.Event) (waiting bool, queued time.Time, err error) {
-	err = s.life.update(ctx, key, store.Fence{}, func(tx store.Tx) error {
+// that no step has taken yet; queued is when it was first delivered. ev
+// must be a subagent.* event, as for LogEvent.
+func (c Children) Notice(ctx context.Context, key rein.SessionKey, noticeID, text string, ev rein.Event) (waiting bool, queued time.Time, err error) {
+	if err := checkSubagentEvent(ev); err != nil {
+		return false, time.Time{}, err
+	}
+	err = c.s.life.update(ctx, key, store.Fence{}, func(tx store.Tx) error {
 		sup, created, err := tx.PushSupplement(&store.Supplement{Owner: key.Owner, SessionID: key.ID, ID: noticeID, Text: text,
 			Source: inbox.SourceSubagent, Status: store.SupplementQueued, CreatedAt: tx.Now()})
 		if err != nil {
@@ -166,7 +209,8 @@ func (s *Service) Notice(ctx context.Context, key rein.SessionKey, noticeID, tex
 // QueuedNotices returns the subagent notices in key's inbox that no step
 // has taken yet, oldest first: what a parent's run left unread when it
 // ended. One read when the inbox is empty, which is nearly always.
-func (s *Service) QueuedNotices(ctx context.Context, key rein.SessionKey) ([]*store.Supplement, error) {
+func (c Children) QueuedNotices(ctx context.Context, key rein.SessionKey) ([]*store.Supplement, error) {
+	s := c.s
 	n, err := s.st.PendingSupplements(ctx, key)
 	if err != nil || n == 0 {
 		return nil, err
@@ -214,22 +258,13 @@ func (s *Service) runEndedFrom(end RunEnd) {
 }
 
 // Flush is the store's flush barrier for a session (docs/api.md).
-func (s *Service) Flush(ctx context.Context, key rein.SessionKey) (bool, error) {
-	return s.st.Flush(ctx, key)
+func (c Children) Flush(ctx context.Context, key rein.SessionKey) (bool, error) {
+	return c.s.st.Flush(ctx, key)
 }
 
 // RecentlyEnded returns the runs (all owners) that ended at or after since,
-// for catching up on work a crash interrupted (subagent settlement).
-func (s *Service) RecentlyEnded(ctx context.Context, since time.Time) ([]*store.RunRecord, error) {
-	runs, err := s.st.ListRunsByStatus(ctx, rein.StatusCompleted, rein.StatusFailed, rein.StatusCancelled)
-	if err != nil {
-		return nil, err
-	}
-	out := runs[:0]
-	for _, r := range runs {
-		if !r.EndedAt.Before(since) {
-			out = append(out, r)
-		}
-	}
-	return out, nil
+// oldest end first, for catching up on work a crash interrupted (subagent
+// settlement). It reads those runs only, by the store's end-time index.
+func (c Children) RecentlyEnded(ctx context.Context, since time.Time) ([]*store.RunRecord, error) {
+	return c.s.st.ListEndedSince(ctx, since)
 }

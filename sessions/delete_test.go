@@ -98,7 +98,7 @@ func wantThere(t *testing.T, svc *sessions.Service, key rein.SessionKey) {
 
 func child(t *testing.T, svc *sessions.Service, parent rein.SessionKey) rein.SessionKey {
 	t.Helper()
-	c, err := svc.CreateChild(context.Background(), parent, sessions.ChildRequest{})
+	c, err := svc.Children().Create(context.Background(), parent, sessions.ChildRequest{})
 	if err != nil {
 		t.Fatal(err)
 	}

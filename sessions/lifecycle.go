@@ -70,6 +70,22 @@ func (lc *lifecycle) update(ctx context.Context, key rein.SessionKey, fence stor
 	return err
 }
 
+// ------------------------------------------------------------ system
+
+// setSystem replaces the session's system-prompt override and logs its
+// system.message, in one write: a crash cannot change the prompt without
+// the event that tells the session's readers so. An empty text is an
+// explicit empty override, not "back to the default".
+func (lc *lifecycle) setSystem(ctx context.Context, key rein.SessionKey, text string) error {
+	return lc.update(ctx, key, store.Fence{}, func(tx store.Tx) error {
+		if err := tx.SetSystem(&text); err != nil {
+			return err
+		}
+		_, err := tx.AppendEvents(rein.NewEvent(rein.EventSystemMessage, "", rein.SystemMessagePayload{Text: text}))
+		return err
+	})
+}
+
 // ------------------------------------------------------------ admission
 
 // admission is what admit decided.
@@ -192,11 +208,11 @@ func (lc *lifecycle) admit(ctx context.Context, key rein.SessionKey, req Message
 		if front && running != nil {
 			// The stop is durable: whoever runs or resumes the run applies
 			// it, here or on another instance.
-			mode := string(rein.StopInterrupt)
+			mode := store.StopInterrupt
 			if req.WhenBusy == rein.WhenBusyRollback {
-				mode = stopRollback
+				mode = store.StopRollback
 			}
-			if stronger(mode, running.Stop) {
+			if mode.Outranks(running.Stop) {
 				if _, err := tx.UpdateRun(running.ID, store.RunUpdate{Stop: mode}); err != nil {
 					return err
 				}
@@ -216,28 +232,6 @@ func (lc *lifecycle) admit(ctx context.Context, key rein.SessionKey, req Message
 		}
 	}
 	return a, err
-}
-
-// stopRollback is the durable stop of when_busy=rollback.
-const stopRollback = "rollback"
-
-// stronger reports whether the stop next outranks cur, the one already
-// recorded on a run: rollback > cancel > interrupt > none. A later, weaker
-// stop never replaces a stronger one on its way (a rolled-back run stays
-// rolled back).
-func stronger(next, cur string) bool {
-	rank := func(s string) int {
-		switch s {
-		case stopRollback:
-			return 3
-		case string(rein.StopCancel):
-			return 2
-		case string(rein.StopInterrupt):
-			return 1
-		}
-		return 0
-	}
-	return rank(next) > rank(cur)
 }
 
 func inputMessage(rec *store.RunRecord) rein.Message {
@@ -470,9 +464,9 @@ func (lc *lifecycle) recoverLost(tx store.Tx, r *store.RunRecord, now time.Time,
 	switch {
 	case !r.Deadline.IsZero() && !r.Deadline.After(now):
 		return end(rein.ReasonTimeout, "")
-	case r.Stop == string(rein.StopCancel) || r.Stop == stopRollback:
+	case r.Stop == store.StopCancel || r.Stop == store.StopRollback:
 		return end(rein.ReasonCancelled, "")
-	case r.Stop == string(rein.StopInterrupt):
+	case r.Stop == store.StopInterrupt:
 		return end(rein.ReasonInterrupted, "")
 	case r.Resumes >= lc.resumeAttempts && !waiting:
 		return end(rein.ReasonError, lostInstance)
@@ -749,10 +743,11 @@ func (lc *lifecycle) stopRemote(ctx context.Context, key rein.SessionKey, runID 
 			o.ended = true
 			return lc.endUnstarted(tx, rec, rein.ReasonCancelled, now)
 		}
-		if !stronger(string(mode), rec.Stop) {
+		stop := store.StopOf(mode)
+		if !stop.Outranks(rec.Stop) {
 			return nil
 		}
-		_, err = tx.UpdateRun(runID, store.RunUpdate{Stop: string(mode)})
+		_, err = tx.UpdateRun(runID, store.RunUpdate{Stop: stop})
 		return err
 	})
 	return o, err
@@ -860,7 +855,7 @@ func (lc *lifecycle) writeEnd(tx store.Tx, r *store.RunRecord, es *endState, now
 	if err := tx.CloseConfirmations(r.ID); err != nil {
 		return nil, err
 	}
-	rolled := r.Stop == stopRollback
+	rolled := r.Stop == store.StopRollback
 	if rolled {
 		// A rolled-back run is cancelled, whatever it had come to: a
 		// reply it committed before the stop reached it is not its end

@@ -185,14 +185,14 @@ func (s *Service) applyRecordedStop(runID string) {
 		return
 	}
 	rec, err := s.st.GetRun(s.ctx, lr.key(), runID)
-	if err != nil || rec.Stop == "" || rec.Status.Terminal() {
+	if err != nil || rec.Stop == store.StopNone || rec.Status.Terminal() {
 		return
 	}
 	lr.mu.Lock()
 	lr.stopApplied = true
 	lr.mu.Unlock()
 	switch rec.Stop {
-	case string(rein.StopInterrupt):
+	case store.StopInterrupt:
 		s.stopForMessage(lr.key(), runID, rein.WhenBusyInterrupt)
 	default:
 		lr.noteStop(string(rein.StopCancel))

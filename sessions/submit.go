@@ -402,22 +402,8 @@ func (s *Service) ConfirmTool(ctx context.Context, key rein.SessionKey, req Conf
 }
 
 // SetSystem replaces the session's system-prompt override for later runs
-// (docs/api.md system.message); the current run is not changed.
+// (docs/api.md system.message); the current run is not changed. The
+// override and its system.message are one write (lifecycle.setSystem).
 func (s *Service) SetSystem(ctx context.Context, key rein.SessionKey, text string) error {
-	if _, err := s.st.GetSession(ctx, key); err != nil {
-		return err
-	}
-	// An empty text is an explicit empty override, not "back to default".
-	if err := s.st.SetSystem(ctx, key, &text); err != nil {
-		return err
-	}
-	_, err := s.appendEvents(ctx, key, store.Fence{}, []rein.Event{rein.NewEvent(rein.EventSystemMessage, "", rein.SystemMessagePayload{Text: text})})
-	return err
-}
-
-func (s *Service) appendEvents(ctx context.Context, key rein.SessionKey, f store.Fence, evs []rein.Event) ([]rein.Event, error) {
-	t0 := time.Now()
-	out, err := s.st.AppendEvents(ctx, key, f, evs)
-	s.cfg.Observer.EventsAppended(time.Since(t0), len(evs))
-	return out, err
+	return s.life.setSystem(ctx, key, text)
 }

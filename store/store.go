@@ -197,17 +197,13 @@ type Sessions interface {
 	// owner's session answers "unauthorized" rather than "no such child"
 	// (and learns nothing else about it).
 	SessionIDInUse(ctx context.Context, id string) (bool, error)
-	// SetSystem replaces the session's system override (nil clears it).
-	SetSystem(ctx context.Context, key rein.SessionKey, system *string) error
 }
 
 // ----------------------------------------------------------------- history
 
-// History stores each session's transcript: the messages a model sees.
+// History reads each session's transcript: the messages a model sees.
+// It is written through Update (Tx.AppendHistory) only.
 type History interface {
-	// AppendHistory appends msgs atomically (all or none), in order.
-	// A non-zero fence is checked as for events.
-	AppendHistory(ctx context.Context, key rein.SessionKey, fence Fence, msgs []rein.Message) error
 	// LoadHistory returns the whole transcript in order. Never nil.
 	// rein.ErrNotFound if the session does not exist.
 	LoadHistory(ctx context.Context, key rein.SessionKey) ([]rein.Message, error)
@@ -272,9 +268,9 @@ type RunRecord struct {
 	// times.
 	Resumes int
 	// Stop is a stop requested for the run and not yet applied by the
-	// instance running it: "", "cancel", "interrupt" or "rollback". It is
-	// durable so that whoever runs or resumes the run applies it.
-	Stop string
+	// instance running it (StopNone when none). It is durable so that
+	// whoever runs or resumes the run applies it.
+	Stop Stop
 	// RolledBack marks a run stopped by when_busy=rollback: its turn is left
 	// out of every later model request.
 	RolledBack bool
@@ -289,6 +285,55 @@ func (r *RunRecord) Key() rein.SessionKey {
 	return rein.SessionKey{Owner: r.Owner, ID: r.SessionID}
 }
 
+// Stop is the durable stop request of a run (RunRecord.Stop): a user's
+// stop (rein.StopMode) or the stop of when_busy=rollback, which a user
+// cannot send on its own. Stored as its string.
+type Stop string
+
+// The stops, weakest first (Outranks).
+const (
+	StopNone Stop = ""
+	// StopInterrupt: the run still answers, with reason interrupted.
+	StopInterrupt Stop = Stop(rein.StopInterrupt)
+	// StopCancel: the run ends at once, CANCELLED.
+	StopCancel Stop = Stop(rein.StopCancel)
+	// StopRollback: cancelled, and its turn left out of every later model
+	// request (RolledBack).
+	StopRollback Stop = "rollback"
+)
+
+// StopOf is the durable stop of a user's stop mode; the empty mode is a
+// cancel, as for user.interrupt.
+func StopOf(m rein.StopMode) Stop {
+	if m == rein.StopInterrupt {
+		return StopInterrupt
+	}
+	return StopCancel
+}
+
+// Valid reports whether s is one of the stops (StopNone included).
+func (s Stop) Valid() bool { return s.rank() >= 0 }
+
+func (s Stop) rank() int {
+	switch s {
+	case StopNone:
+		return 0
+	case StopInterrupt:
+		return 1
+	case StopCancel:
+		return 2
+	case StopRollback:
+		return 3
+	}
+	return -1
+}
+
+// Outranks reports whether s is stronger than cur, a stop already
+// recorded on a run: rollback > cancel > interrupt > none. A later, weaker
+// stop never replaces a stronger one on its way (a rolled-back run stays
+// rolled back).
+func (s Stop) Outranks(cur Stop) bool { return s.rank() > cur.rank() }
+
 // RunUpdate changes a run record. Zero fields are left unchanged.
 type RunUpdate struct {
 	Status     rein.RunStatus
@@ -297,14 +342,14 @@ type RunUpdate struct {
 	QueueOrder *int64
 	Instance   string
 	Resumes    *int
-	Stop       string
+	Stop       Stop
 	RolledBack bool
 	Usage      *rein.Usage
 	StartedAt  time.Time
 	EndedAt    time.Time
 }
 
-// Apply applies u to r, as every backend's UpdateRun does. norm rounds
+// Apply applies u to r, as every backend's Tx.UpdateRun does. norm rounds
 // times to the backend's precision (nil: unchanged).
 func (u RunUpdate) Apply(r *RunRecord, norm func(time.Time) time.Time) {
 	if norm == nil {
@@ -328,7 +373,7 @@ func (u RunUpdate) Apply(r *RunRecord, norm func(time.Time) time.Time) {
 	if u.Resumes != nil {
 		r.Resumes = *u.Resumes
 	}
-	if u.Stop != "" {
+	if u.Stop != StopNone {
 		r.Stop = u.Stop
 	}
 	if u.RolledBack {
@@ -345,18 +390,9 @@ func (u RunUpdate) Apply(r *RunRecord, norm func(time.Time) time.Time) {
 	}
 }
 
-// Runs stores run records.
+// Runs reads run records. They are written through Update (Tx.CreateRun,
+// Tx.UpdateRun) only.
 type Runs interface {
-	// CreateRun stores r. rein.ErrConflict if the id exists, or if
-	// r.ClientID is set and another run of the session has it (callers
-	// then read that run with GetRunByClientID). rein.ErrNotFound if the
-	// session does not exist.
-	CreateRun(ctx context.Context, r *RunRecord) error
-	// UpdateRun applies u to the run and returns the record after the
-	// update. A terminal run MUST NOT change: updating one returns
-	// rein.ErrConflict and the stored record unchanged (first terminal
-	// wins, across processes). A non-zero fence is checked.
-	UpdateRun(ctx context.Context, key rein.SessionKey, fence Fence, runID string, u RunUpdate) (*RunRecord, error)
 	// GetRun returns a run of the session or rein.ErrNotFound.
 	GetRun(ctx context.Context, key rein.SessionKey, runID string) (*RunRecord, error)
 	// GetRunByClientID returns the session's run with that client id or
@@ -370,6 +406,13 @@ type Runs interface {
 	// one session that is not necessarily queue order (see QueueOrder).
 	// Used at startup to find queued and orphaned runs.
 	ListRunsByStatus(ctx context.Context, statuses ...rein.RunStatus) ([]*RunRecord, error)
+	// ListEndedSince returns every run (all owners, all sessions) whose
+	// EndedAt is at or after since, ordered by EndedAt then ID, ascending.
+	// Never nil. Its cost MUST follow the number of runs it returns, not
+	// the number stored: backends keep the ended runs ordered by end time
+	// (an index), so catching up on recent ends after a restart stays
+	// cheap however long the store has lived.
+	ListEndedSince(ctx context.Context, since time.Time) ([]*RunRecord, error)
 }
 
 // ------------------------------------------------------------------- inbox
@@ -400,19 +443,10 @@ type Supplement struct {
 	ConsumedAt time.Time
 }
 
-// Inbox stores supplements. Pushing is idempotent by id; consuming is
-// exactly once.
+// Inbox reads supplements. They are written through Update
+// (Tx.PushSupplement, Tx.ConsumeSupplements) only: pushing is idempotent
+// by id, consuming is exactly once.
 type Inbox interface {
-	// PushSupplement stores s as queued and returns (s, true). If the
-	// session already has a supplement with s.ID it stores nothing and
-	// returns (that supplement as stored, false). Durable on return.
-	// rein.ErrNotFound if the session does not exist.
-	PushSupplement(ctx context.Context, s *Supplement) (*Supplement, bool, error)
-	// ConsumeSupplements atomically marks every queued supplement of the
-	// session consumed by (runID, step) and returns them in push order.
-	// Under concurrent consumers (goroutines or processes) each supplement
-	// MUST be returned to exactly one of them. Never nil.
-	ConsumeSupplements(ctx context.Context, key rein.SessionKey, runID string, step int) ([]*Supplement, error)
 	// PendingSupplements reports how many supplements are queued.
 	PendingSupplements(ctx context.Context, key rein.SessionKey) (int, error)
 	// GetSupplement returns one supplement or rein.ErrNotFound.
@@ -452,19 +486,9 @@ type Confirmation struct {
 	ResolvedAt  time.Time
 }
 
-// Confirmations stores pending tool confirmations.
+// Confirmations reads tool confirmations. They are written through
+// Update (Tx.CreateConfirmation, Tx.ResolveConfirmation, ...) only.
 type Confirmations interface {
-	// CreateConfirmation stores c as pending. rein.ErrConflict if the
-	// session already has one with that ToolUseID.
-	CreateConfirmation(ctx context.Context, c *Confirmation) error
-	// ResolveConfirmation moves a pending confirmation to allowed or denied
-	// and returns it. rein.ErrNotFound if unknown; rein.ErrConflict if it is
-	// no longer pending (answered, or its run ended). Exactly one of several
-	// concurrent resolvers succeeds.
-	ResolveConfirmation(ctx context.Context, key rein.SessionKey, toolUseID string, allow bool, denyMessage string) (*Confirmation, error)
-	// CloseConfirmations moves every pending confirmation of the run to
-	// closed.
-	CloseConfirmations(ctx context.Context, key rein.SessionKey, runID string) error
 	// GetConfirmation returns one confirmation or rein.ErrNotFound.
 	GetConfirmation(ctx context.Context, key rein.SessionKey, toolUseID string) (*Confirmation, error)
 	// ListConfirmations returns the session's confirmations in a state
@@ -495,30 +519,20 @@ func (l *Lease) Key() rein.SessionKey { return rein.SessionKey{Owner: l.Owner, I
 // Fence returns the lease's fencing token as a Fence.
 func (l *Lease) Fence() Fence { return Fence{Token: l.Token} }
 
-// Leases stores turn leases.
+// Leases renews and reads turn leases. A lease is taken and dropped
+// through Update (Tx.AcquireLease, Tx.ReleaseLease) only, in the same
+// write as the run it gives the turn to or takes it from; a renewal
+// changes nothing but the lease's expiry, so it is a call of its own.
 type Leases interface {
-	// AcquireLease gives the session's turn to runID on holder for ttl and
-	// returns the new lease with a fresh, larger token. If the session has
-	// an unexpired lease — whoever holds it, the same run id included — it
-	// MUST fail with an error matching rein.ErrSessionBusy whose
-	// *rein.Error carries that lease's run id in RunID (and never the
-	// holder). Expiry is judged by the store's clock (PostgreSQL: now() of
-	// the database), never the caller's. An expired lease is taken over.
-	AcquireLease(ctx context.Context, key rein.SessionKey, holder, runID string, ttl time.Duration) (*Lease, error)
 	// RenewLease extends a lease still current (same token) and not yet
 	// expired by the store's clock to now+ttl and returns it;
 	// rein.ErrLeaseLost if the token is no longer current or the lease has
 	// expired (a holder that let its lease lapse has lost it, even if no
 	// one took it over yet).
 	RenewLease(ctx context.Context, l *Lease, ttl time.Duration) (*Lease, error)
-	// ReleaseLease drops the lease if its token is still current; otherwise
-	// it does nothing and returns nil.
-	ReleaseLease(ctx context.Context, l *Lease) error
 	// GetLease returns the session's current lease (expired or not) or
 	// rein.ErrNotFound.
 	GetLease(ctx context.Context, key rein.SessionKey) (*Lease, error)
-	// ListExpiredLeases returns leases that expired before now.
-	ListExpiredLeases(ctx context.Context, now time.Time) ([]*Lease, error)
 }
 
 // Exclusive is an optional capability (found by type assertion): a backend
@@ -590,11 +604,22 @@ type Tx interface {
 	// Now is the store's clock at this transaction: the time against which
 	// leases expire (PostgreSQL: the database's now()).
 	Now() time.Time
+	// SetSystem replaces the session's system-prompt override (nil clears
+	// it; a pointer to "" is an empty override, not none). Readers of the
+	// session see it only once the transaction commits, so the override
+	// and the system.message that announces it are one write.
+	SetSystem(system *string) error
 	// Lease returns the session's current lease, expired or not, or nil
 	// when the session has none.
 	Lease() (*Lease, error)
-	// AcquireLease is Leases.AcquireLease inside the transaction. Writes
-	// after it in the same transaction are fenced by the new token.
+	// AcquireLease gives the session's turn to runID on holder for ttl and
+	// returns the new lease with a fresh, larger token. If the session has
+	// an unexpired lease — whoever holds it, the same run id included — it
+	// MUST fail with an error matching rein.ErrSessionBusy whose
+	// *rein.Error carries that lease's run id in RunID (and never the
+	// holder). Expiry is judged by the store's clock (Now), never the
+	// caller's. An expired lease is taken over. Writes after it in the
+	// same transaction are fenced by the new token.
 	AcquireLease(holder, runID string, ttl time.Duration) (*Lease, error)
 	// ReleaseLease drops the session's lease if its token is token;
 	// otherwise it does nothing and returns nil.
@@ -609,39 +634,52 @@ type Tx interface {
 	// GetRunByClientID returns the session's run with that client id or
 	// rein.ErrNotFound.
 	GetRunByClientID(clientID string) (*RunRecord, error)
-	// CreateRun is Runs.CreateRun inside the transaction (r.Owner and
-	// r.SessionID must name the Update's session).
+	// CreateRun stores r (r.Owner and r.SessionID must name the Update's
+	// session). A zero CreatedAt is set to Now; on success r holds what
+	// GetRun will read back. rein.ErrConflict if the id exists, or if
+	// r.ClientID is set and another run of the session has it (callers
+	// then read that run with GetRunByClientID).
 	CreateRun(r *RunRecord) error
-	// UpdateRun is Runs.UpdateRun inside the transaction (the fence is the
-	// Update's).
+	// UpdateRun applies u to the run and returns the record after the
+	// update (the fence is the Update's). A terminal run MUST NOT change:
+	// updating one returns the stored record, unchanged, with
+	// rein.ErrConflict (first terminal wins, across processes).
 	UpdateRun(runID string, u RunUpdate) (*RunRecord, error)
 
 	// History returns the session's whole transcript, in order (as
 	// History.LoadHistory). Never nil.
 	History() ([]rein.Message, error)
-	// AppendHistory appends msgs to the transcript, in order.
+	// AppendHistory appends msgs to the transcript, in order (all or
+	// none, with the rest of the transaction).
 	AppendHistory(msgs ...rein.Message) error
 	// AppendEvents appends evs to the log with consecutive seqs and returns
 	// them as stored (as EventLog.AppendEvents). Readers see them only once
 	// the transaction commits, and WaitEvents callers are woken then.
 	AppendEvents(evs ...rein.Event) ([]rein.Event, error)
 
-	// PushSupplement is Inbox.PushSupplement inside the transaction.
+	// PushSupplement stores s as queued and returns (s as stored, true).
+	// If the session already has a supplement with s.ID it stores nothing
+	// and returns (that supplement as stored, false). An empty s.ID gets
+	// a fresh "sup_" id.
 	PushSupplement(s *Supplement) (*Supplement, bool, error)
 	// QueuedSupplements returns the session's queued supplements in push
 	// order. Never nil.
 	QueuedSupplements() ([]*Supplement, error)
-	// ConsumeSupplements marks each of ids consumed by (runID, step). Every
-	// id MUST name a queued supplement of the session, else it fails with
-	// rein.ErrConflict (rein.ErrNotFound for an unknown id) and, like any
-	// failure, the Update writes nothing.
+	// ConsumeSupplements marks each of ids consumed by (runID, step) at
+	// Now. Every id MUST name a queued supplement of the session, else it
+	// fails with rein.ErrConflict (rein.ErrNotFound for an unknown id) and,
+	// like any failure, the Update writes nothing. Since Updates of a
+	// session serialise, of concurrent consumers each supplement is
+	// consumed by exactly one.
 	ConsumeSupplements(ids []string, runID string, step int) error
 
-	// CreateConfirmation stores c as pending (as
-	// Confirmations.CreateConfirmation).
+	// CreateConfirmation stores c as pending. rein.ErrConflict if the
+	// session already has one with that ToolUseID.
 	CreateConfirmation(c *Confirmation) error
-	// ResolveConfirmation is Confirmations.ResolveConfirmation inside the
-	// transaction.
+	// ResolveConfirmation moves a pending confirmation to allowed or denied
+	// and returns it. rein.ErrNotFound if unknown; rein.ErrConflict if it is
+	// no longer pending (answered, or its run ended), so that of several
+	// concurrent resolvers exactly one succeeds.
 	ResolveConfirmation(toolUseID string, allow bool, denyMessage string) (*Confirmation, error)
 	// CloseConfirmations moves every pending confirmation of the run to
 	// closed.
@@ -671,6 +709,26 @@ type SessionUpdate struct {
 	Title *string
 	// Metadata replaces the metadata (a JSON object).
 	Metadata json.RawMessage
+}
+
+// ConsumeQueued consumes every queued supplement of tx's session by
+// (runID, step) and returns them as consumed, in push order: the consume
+// of an agent step, for callers that need nothing else in its write.
+// Never nil.
+func ConsumeQueued(tx Tx, runID string, step int) ([]*Supplement, error) {
+	sups, err := tx.QueuedSupplements()
+	if err != nil {
+		return nil, err
+	}
+	ids := make([]string, len(sups))
+	for i, s := range sups {
+		ids[i] = s.ID
+		s.Status, s.RunID, s.Step, s.ConsumedAt = SupplementConsumed, runID, step, tx.Now()
+	}
+	if err := tx.ConsumeSupplements(ids, runID, step); err != nil {
+		return nil, err
+	}
+	return sups, nil
 }
 
 // ---------------------------------------------------------------- deletion

@@ -126,7 +126,7 @@ func TestChildRunsItsDescriptorsModel(t *testing.T) {
 		t.Fatalf("followup reply %q", got)
 	}
 
-	before, err := w.svc.ListChildren(ctx, root)
+	before, err := w.svc.Children().List(ctx, root)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -134,7 +134,7 @@ func TestChildRunsItsDescriptorsModel(t *testing.T) {
 	if rein.CodeOf(err) != rein.CodeInvalidArgument || !strings.Contains(err.Error(), "openai:nope") {
 		t.Fatalf("start with an unknown model: %v, want invalid_argument naming it", err)
 	}
-	if after, _ := w.svc.ListChildren(ctx, root); len(after) != len(before) {
+	if after, _ := w.svc.Children().List(ctx, root); len(after) != len(before) {
 		t.Fatalf("a refused start created a child: %d → %d", len(before), len(after))
 	}
 }

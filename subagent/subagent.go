@@ -195,7 +195,7 @@ func (m *Manager) Start(ctx context.Context, parent rein.SessionKey, req StartRe
 	if err != nil {
 		return Result{}, err
 	}
-	child, err := svc.CreateChild(ctx, parent, sessions.ChildRequest{Descriptor: d})
+	child, err := svc.Children().Create(ctx, parent, sessions.ChildRequest{Descriptor: d})
 	if err != nil {
 		return Result{}, err
 	}
@@ -257,7 +257,7 @@ func (m *Manager) StartContinuable(ctx context.Context, parent rein.SessionKey, 
 	if err != nil {
 		return Started{}, err
 	}
-	child, err := svc.CreateChild(ctx, parent, sessions.ChildRequest{ID: spec.ChildID, Descriptor: d})
+	child, err := svc.Children().Create(ctx, parent, sessions.ChildRequest{ID: spec.ChildID, Descriptor: d})
 	if errors.Is(err, rein.ErrConflict) {
 		// The child and its first activation are two writes: a call cut
 		// between them (a crash, a lost answer) left a child of this
@@ -333,7 +333,7 @@ type FollowupResult struct {
 func (m *Manager) lookup(ctx context.Context, svc *sessions.Service, parent rein.SessionKey, childID string) (*sessions.SessionInfo, error) {
 	info, err := svc.GetSession(ctx, rein.SessionKey{Owner: parent.Owner, ID: childID})
 	if errors.Is(err, rein.ErrNotFound) {
-		inUse, uerr := svc.SessionIDInUse(ctx, childID)
+		inUse, uerr := svc.Children().SessionIDInUse(ctx, childID)
 		if uerr != nil {
 			return nil, uerr
 		}
@@ -493,7 +493,7 @@ func (m *Manager) List(ctx context.Context, parent rein.SessionKey) ([]Child, er
 	if svc == nil {
 		return nil, errors.New("subagent: the manager is not bound to a service")
 	}
-	kids, err := svc.ListChildren(ctx, parent)
+	kids, err := svc.Children().List(ctx, parent)
 	if err != nil {
 		return nil, err
 	}
@@ -517,7 +517,7 @@ func (m *Manager) List(ctx context.Context, parent rein.SessionKey) ([]Child, er
 
 func (m *Manager) logStarted(ctx context.Context, svc *sessions.Service, parent rein.SessionKey, childID, taskID string) {
 	ev := rein.NewEvent(rein.EventSubagentStarted, "", rein.SubagentStartedPayload{ChildID: childID, TaskID: taskID})
-	if err := svc.LogEvent(context.WithoutCancel(ctx), parent, ev); err != nil {
+	if err := svc.Children().LogEvent(context.WithoutCancel(ctx), parent, ev); err != nil {
 		m.log.Warn("log subagent.started", "parent", parent.String(), "child", childID, "err", err)
 	}
 }
@@ -553,7 +553,7 @@ func (m *Manager) OnRunEnd(ctx context.Context, end sessions.RunEnd) {
 		m.wakeForUnread(ctx, svc, end)
 		return
 	}
-	if _, err := svc.Flush(ctx, end.Session); err != nil {
+	if _, err := svc.Children().Flush(ctx, end.Session); err != nil {
 		m.log.Warn("final flush of a subagent activation", "child", end.Session.String(), "run", end.RunID, "err", err)
 	}
 	parent := rein.SessionKey{Owner: end.Session.Owner, ID: info.ParentID}
@@ -562,7 +562,7 @@ func (m *Manager) OnRunEnd(ctx context.Context, end sessions.RunEnd) {
 	if info.Subagent == nil || !info.Subagent.Continuable {
 		// A one-shot child's result went to its caller; the parent's log
 		// still shows it.
-		if err := svc.LogEvent(ctx, parent, ev); err != nil {
+		if err := svc.Children().LogEvent(ctx, parent, ev); err != nil {
 			m.log.Warn("log subagent.completed", "parent", parent.String(), "err", err)
 		}
 		return
@@ -575,7 +575,7 @@ func (m *Manager) OnRunEnd(ctx context.Context, end sessions.RunEnd) {
 	if end.Reply != nil && *end.Reply != "" {
 		text += " Its reply: " + *end.Reply
 	}
-	waiting, queued, err := svc.Notice(ctx, parent, noticeID(end.RunID), text, ev)
+	waiting, queued, err := svc.Children().Notice(ctx, parent, noticeID(end.RunID), text, ev)
 	if err != nil {
 		m.log.Error("deliver subagent notice", "parent", parent.String(), "child", end.Session.ID, "err", err)
 		return
@@ -660,7 +660,7 @@ func (m *Manager) wakeForUnread(ctx context.Context, svc *sessions.Service, end 
 	if !m.wake || stopped(end.Status, end.Reason) {
 		return
 	}
-	notices, err := svc.QueuedNotices(ctx, end.Session)
+	notices, err := svc.Children().QueuedNotices(ctx, end.Session)
 	if err != nil {
 		m.log.Warn("read a parent's unread subagent notices", "parent", end.Session.String(), "err", err)
 		return
@@ -668,7 +668,7 @@ func (m *Manager) wakeForUnread(ctx context.Context, svc *sessions.Service, end 
 	if len(notices) == 0 {
 		return
 	}
-	kids, err := svc.ListChildren(ctx, end.Session)
+	kids, err := svc.Children().List(ctx, end.Session)
 	if err != nil {
 		m.log.Warn("list a parent's children for an unread notice", "parent", end.Session.String(), "err", err)
 		return
@@ -707,7 +707,7 @@ func (m *Manager) Reconcile(ctx context.Context) error {
 	if svc == nil {
 		return errors.New("subagent: the manager is not bound to a service")
 	}
-	runs, err := svc.RecentlyEnded(ctx, time.Now().Add(-24*time.Hour))
+	runs, err := svc.Children().RecentlyEnded(ctx, time.Now().Add(-24*time.Hour))
 	if err != nil {
 		return err
 	}
@@ -737,7 +737,7 @@ func noticeTask(noticeID string) string { return "run_" + strings.TrimPrefix(not
 
 // cascade cancels the running activations of key's children.
 func (m *Manager) cascade(ctx context.Context, svc *sessions.Service, key rein.SessionKey) {
-	kids, err := svc.ListChildren(ctx, key)
+	kids, err := svc.Children().List(ctx, key)
 	if err != nil {
 		return
 	}

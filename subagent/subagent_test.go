@@ -744,7 +744,7 @@ func TestDepthCap(t *testing.T) {
 	if _, err := w.m.Start(ctx, k2, subagent.StartRequest{Prompt: "level three"}); code(err) != subagent.CodeDepthExceeded {
 		t.Fatalf("Start at depth 3: %v", err)
 	}
-	if kids, err := w.svc.ListChildren(ctx, k2); err != nil || len(kids) != 0 {
+	if kids, err := w.svc.Children().List(ctx, k2); err != nil || len(kids) != 0 {
 		t.Fatalf("children made beyond the cap: %d, %v", len(kids), err)
 	}
 }

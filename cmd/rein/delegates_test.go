@@ -56,7 +56,7 @@ func TestServeDelegates(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		kids, err := svc.ListChildren(ctx, sess.Key())
+		kids, err := svc.Children().List(ctx, sess.Key())
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -12,6 +12,7 @@ import (
 	"github.com/reinhq/rein"
 	"github.com/reinhq/rein/internal/reintest"
 	"github.com/reinhq/rein/sessions"
+	"github.com/reinhq/rein/store"
 )
 
 // call sends a raw request to srv and returns the status, headers and
@@ -204,10 +205,10 @@ func TestRestartedStepShownOnce(t *testing.T) {
 		rein.NewEvent(rein.EventMessage, run, rein.MessagePayload{RunID: run, Text: "Hello there", Reason: rein.ReasonStop}),
 		rein.NewEvent(rein.EventRunCompleted, run, rein.RunCompletedPayload{RunID: run, Status: rein.StatusCompleted, Reason: rein.ReasonStop}),
 	}
-	for _, e := range logged {
-		if err := srv.Service.LogEvent(context.Background(), key, e); err != nil {
-			t.Fatal(err)
-		}
+	// Written straight to the store: the service logs a run's events only
+	// as the run makes them.
+	if _, err := srv.Store.AppendEvents(context.Background(), key, store.Fence{}, logged); err != nil {
+		t.Fatal(err)
 	}
 	// The stream with previews, from the start: what a client that drops
 	// the previews a span closed without their event shows.

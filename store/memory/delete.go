@@ -51,8 +51,11 @@ func (s *Store) DeleteSession(ctx context.Context, key rein.SessionKey, check fu
 	}
 	out := make([]*store.Session, len(nodes))
 	for i, n := range nodes {
-		for id := range n.ss.runs {
+		for id, r := range n.ss.runs {
 			delete(s.runIDs, id)
+			if !r.EndedAt.IsZero() {
+				s.unindexEnd(endedRun{r.EndedAt, id, n.key})
+			}
 		}
 		delete(s.sessions, n.key)
 		// Waiters wake, look the session up and find it gone.

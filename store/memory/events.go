@@ -14,11 +14,6 @@ import (
 
 // ------------------------------------------------------------------ history
 
-// AppendHistory implements store.History.
-func (s *Store) AppendHistory(ctx context.Context, key rein.SessionKey, fence store.Fence, msgs []rein.Message) error {
-	return s.update(ctx, key, fence, func(t *tx) error { return t.AppendHistory(msgs...) })
-}
-
 // AppendHistory implements store.Tx.
 func (t *tx) AppendHistory(msgs ...rein.Message) error {
 	if err := t.check(); err != nil {

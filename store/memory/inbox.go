@@ -12,23 +12,6 @@ import (
 
 // -------------------------------------------------------------------- inbox
 
-// PushSupplement implements store.Inbox.
-func (s *Store) PushSupplement(ctx context.Context, in *store.Supplement) (*store.Supplement, bool, error) {
-	var (
-		out     *store.Supplement
-		created bool
-	)
-	err := s.update(ctx, rein.SessionKey{Owner: in.Owner, ID: in.SessionID}, store.Fence{}, func(t *tx) error {
-		var err error
-		out, created, err = t.PushSupplement(in)
-		return err
-	})
-	if err != nil {
-		return nil, false, err
-	}
-	return out, created, nil
-}
-
 // PushSupplement implements store.Tx.
 func (t *tx) PushSupplement(in *store.Supplement) (*store.Supplement, bool, error) {
 	if err := t.check(); err != nil {
@@ -61,24 +44,6 @@ func (t *tx) PushSupplement(in *store.Supplement) (*store.Supplement, bool, erro
 		ss.supplementIDs = ss.supplementIDs[:n]
 	})
 	return cloneSupplement(rec), true, nil
-}
-
-// ConsumeSupplements implements store.Inbox.
-func (s *Store) ConsumeSupplements(ctx context.Context, key rein.SessionKey, runID string, step int) ([]*store.Supplement, error) {
-	var out []*store.Supplement
-	err := s.update(ctx, key, store.Fence{}, func(t *tx) error {
-		out = t.ss.queued()
-		ids := make([]string, len(out))
-		for i, sup := range out {
-			ids[i] = sup.ID
-			sup.Status, sup.RunID, sup.Step, sup.ConsumedAt = store.SupplementConsumed, runID, step, t.now
-		}
-		return t.ConsumeSupplements(ids, runID, step)
-	})
-	if err != nil {
-		return nil, err
-	}
-	return out, nil
 }
 
 // QueuedSupplements implements store.Tx.
@@ -167,16 +132,6 @@ func (s *Store) GetSupplement(ctx context.Context, key rein.SessionKey, supID st
 
 // ------------------------------------------------------------ confirmations
 
-// CreateConfirmation implements store.Confirmations.
-func (s *Store) CreateConfirmation(ctx context.Context, c *store.Confirmation) error {
-	if c.ToolUseID == "" {
-		return rein.InvalidArgument("tool_use_id", "tool use id is empty")
-	}
-	return s.update(ctx, rein.SessionKey{Owner: c.Owner, ID: c.SessionID}, store.Fence{}, func(t *tx) error {
-		return t.CreateConfirmation(c)
-	})
-}
-
 // CreateConfirmation implements store.Tx.
 func (t *tx) CreateConfirmation(c *store.Confirmation) error {
 	if err := t.check(); err != nil {
@@ -210,20 +165,6 @@ func (t *tx) CreateConfirmation(c *store.Confirmation) error {
 	return nil
 }
 
-// ResolveConfirmation implements store.Confirmations.
-func (s *Store) ResolveConfirmation(ctx context.Context, key rein.SessionKey, toolUseID string, allow bool, denyMessage string) (*store.Confirmation, error) {
-	var out *store.Confirmation
-	err := s.update(ctx, key, store.Fence{}, func(t *tx) error {
-		var err error
-		out, err = t.ResolveConfirmation(toolUseID, allow, denyMessage)
-		return err
-	})
-	if err != nil {
-		return nil, err
-	}
-	return out, nil
-}
-
 // ResolveConfirmation implements store.Tx.
 func (t *tx) ResolveConfirmation(toolUseID string, allow bool, denyMessage string) (*store.Confirmation, error) {
 	if err := t.check(); err != nil {
@@ -246,11 +187,6 @@ func (t *tx) ResolveConfirmation(toolUseID string, allow bool, denyMessage strin
 	c.ResolvedAt = t.now
 	t.onUndo(func() { *c = old })
 	return cloneConfirmation(c), nil
-}
-
-// CloseConfirmations implements store.Confirmations.
-func (s *Store) CloseConfirmations(ctx context.Context, key rein.SessionKey, runID string) error {
-	return s.update(ctx, key, store.Fence{}, func(t *tx) error { return t.CloseConfirmations(runID) })
 }
 
 // CloseConfirmations implements store.Tx.

@@ -2,27 +2,11 @@ package memory
 
 import (
 	"context"
-	"errors"
-	"slices"
 	"time"
 
 	"github.com/reinhq/rein"
 	"github.com/reinhq/rein/store"
 )
-
-// AcquireLease implements store.Leases.
-func (s *Store) AcquireLease(ctx context.Context, key rein.SessionKey, holder, runID string, ttl time.Duration) (*store.Lease, error) {
-	var out *store.Lease
-	err := s.update(ctx, key, store.Fence{}, func(t *tx) error {
-		var err error
-		out, err = t.AcquireLease(holder, runID, ttl)
-		return err
-	})
-	if err != nil {
-		return nil, err
-	}
-	return out, nil
-}
 
 // AcquireLease implements store.Tx. A lease that has not expired is never
 // taken over, not even by the run that holds it: a second acquisition by
@@ -71,16 +55,6 @@ func (s *Store) RenewLease(ctx context.Context, l *store.Lease, ttl time.Duratio
 	return out, nil
 }
 
-// ReleaseLease implements store.Leases.
-func (s *Store) ReleaseLease(ctx context.Context, l *store.Lease) error {
-	err := s.update(ctx, l.Key(), store.Fence{}, func(t *tx) error { return t.ReleaseLease(l.Token) })
-	if errors.Is(err, rein.ErrNotFound) {
-		// No session, so certainly no lease of this token to drop.
-		return nil
-	}
-	return err
-}
-
 // ReleaseLease implements store.Tx.
 func (t *tx) ReleaseLease(token int64) error {
 	if err := t.check(); err != nil {
@@ -122,20 +96,4 @@ func (s *Store) GetLease(ctx context.Context, key rein.SessionKey) (*store.Lease
 		return nil, errNoLease
 	}
 	return cloneLease(ss.lease), nil
-}
-
-// ListExpiredLeases implements store.Leases.
-func (s *Store) ListExpiredLeases(ctx context.Context, now time.Time) ([]*store.Lease, error) {
-	if err := s.lock(ctx); err != nil {
-		return nil, err
-	}
-	defer s.mu.Unlock()
-	out := []*store.Lease{}
-	for _, ss := range s.sessions {
-		if ss.lease != nil && ss.lease.ExpiresAt.Before(now) {
-			out = append(out, cloneLease(ss.lease))
-		}
-	}
-	slices.SortFunc(out, func(a, b *store.Lease) int { return a.ExpiresAt.Compare(b.ExpiresAt) })
-	return out, nil
 }

@@ -10,10 +10,10 @@
 // never change stored state through a pointer it holds, and every time is
 // kept in UTC truncated to microseconds, like the database backends.
 //
-// Every write to a session, single call or Update, runs as a transaction
-// under the store's one lock with an undo log (update.go): the single
-// calls and the store.Tx of an Update share one implementation, so they
-// cannot drift apart.
+// Every write to a session, an append or an Update, runs as a transaction
+// under the store's one lock with an undo log (update.go): an append and
+// the store.Tx of an Update share one implementation, so they cannot drift
+// apart.
 package memory
 
 import (
@@ -53,6 +53,9 @@ type Store struct {
 	runIDs    map[string]rein.SessionKey // run id → session: run ids are global
 	nextToken int64                      // fencing tokens, shared by every session
 	nextOrder int64                      // insertion order of sessions, for children
+	// ended is every run with an EndedAt, ordered by (EndedAt, ID): the
+	// index ListEndedSince searches, as the databases' runs_by_end.
+	ended []endedRun
 }
 
 type session struct {

@@ -55,3 +55,7 @@ func BenchmarkAppend1(b *testing.B)        { storetest.BenchmarkAppend(b, open, 
 func BenchmarkAppend16(b *testing.B)       { storetest.BenchmarkAppend(b, open, 16) }
 func BenchmarkAppendShared16(b *testing.B) { storetest.BenchmarkAppendShared(b, open, 16) }
 func BenchmarkReplay100k(b *testing.B)     { storetest.BenchmarkReplay(b, open, 100_000, 1000) }
+
+// ListEndedSince of 10 recent ends beside 1k and 100k old ones.
+func BenchmarkEndedSince1k(b *testing.B)   { storetest.BenchmarkEndedSince(b, open, 1000, nil) }
+func BenchmarkEndedSince100k(b *testing.B) { storetest.BenchmarkEndedSince(b, open, 100_000, nil) }

@@ -5,20 +5,11 @@ import (
 	"context"
 	"slices"
 	"strings"
+	"time"
 
 	"github.com/reinhq/rein"
 	"github.com/reinhq/rein/store"
 )
-
-// CreateRun implements store.Runs.
-func (s *Store) CreateRun(ctx context.Context, r *store.RunRecord) error {
-	// Checked first as well, so a bad record is refused as such even for
-	// a missing session.
-	if err := checkRun(r); err != nil {
-		return err
-	}
-	return s.update(ctx, r.Key(), store.Fence{}, func(t *tx) error { return t.CreateRun(r) })
-}
 
 // CreateRun implements store.Tx.
 func (t *tx) CreateRun(r *store.RunRecord) error {
@@ -57,6 +48,7 @@ func (t *tx) CreateRun(r *store.RunRecord) error {
 			delete(ss.runsByClient, rec.ClientID)
 		}
 	})
+	t.reindexEnd(rec, time.Time{})
 	*r = *cloneRun(rec)
 	return nil
 }
@@ -78,25 +70,8 @@ func normRun(r *store.RunRecord) {
 	r.EndedAt = norm(r.EndedAt)
 }
 
-// UpdateRun implements store.Runs.
-func (s *Store) UpdateRun(ctx context.Context, key rein.SessionKey, fence store.Fence, runID string, u store.RunUpdate) (*store.RunRecord, error) {
-	if err := checkRunUpdate(u); err != nil {
-		return nil, err
-	}
-	var out *store.RunRecord
-	err := s.update(ctx, key, fence, func(t *tx) error {
-		var err error
-		out, err = t.UpdateRun(runID, u)
-		return err
-	})
-	if err != nil && !(out != nil && rein.CodeOf(err) == rein.CodeConflict) {
-		return nil, err
-	}
-	return out, err
-}
-
-// UpdateRun implements store.Tx. Like Runs.UpdateRun it returns the
-// stored record with the conflict of a terminal run.
+// UpdateRun implements store.Tx. It returns the stored record with the
+// conflict of a terminal run.
 func (t *tx) UpdateRun(runID string, u store.RunUpdate) (*store.RunRecord, error) {
 	if err := t.check(); err != nil {
 		return nil, err
@@ -114,7 +89,72 @@ func (t *tx) UpdateRun(runID string, u store.RunUpdate) (*store.RunRecord, error
 	old := *rec
 	u.Apply(rec, norm)
 	t.onUndo(func() { *rec = old })
+	t.reindexEnd(rec, old.EndedAt)
 	return cloneRun(rec), nil
+}
+
+// endedRun is an entry of the store's end-time index.
+type endedRun struct {
+	at  time.Time
+	id  string
+	key rein.SessionKey
+}
+
+func compareEnded(a, b endedRun) int {
+	if c := a.at.Compare(b.at); c != 0 {
+		return c
+	}
+	return strings.Compare(a.id, b.id)
+}
+
+// reindexEnd moves rec in the end-time index from was (zero: not in it) to
+// its EndedAt (zero: out of it), with the undo of the move.
+func (t *tx) reindexEnd(rec *store.RunRecord, was time.Time) {
+	if rec.EndedAt.Equal(was) {
+		return
+	}
+	s, key := t.s, t.key
+	from, to := endedRun{was, rec.ID, key}, endedRun{rec.EndedAt, rec.ID, key}
+	if !was.IsZero() {
+		s.unindexEnd(from)
+	}
+	if !to.at.IsZero() {
+		s.indexEnd(to)
+	}
+	t.onUndo(func() {
+		if !to.at.IsZero() {
+			s.unindexEnd(to)
+		}
+		if !was.IsZero() {
+			s.indexEnd(from)
+		}
+	})
+}
+
+func (s *Store) indexEnd(e endedRun) {
+	i, _ := slices.BinarySearchFunc(s.ended, e, compareEnded)
+	s.ended = slices.Insert(s.ended, i, e)
+}
+
+func (s *Store) unindexEnd(e endedRun) {
+	if i, found := slices.BinarySearchFunc(s.ended, e, compareEnded); found {
+		s.ended = slices.Delete(s.ended, i, i+1)
+	}
+}
+
+// ListEndedSince implements store.Runs: a binary search of the end-time
+// index, then one entry per run returned.
+func (s *Store) ListEndedSince(ctx context.Context, since time.Time) ([]*store.RunRecord, error) {
+	if err := s.lock(ctx); err != nil {
+		return nil, err
+	}
+	defer s.mu.Unlock()
+	i, _ := slices.BinarySearchFunc(s.ended, endedRun{at: norm(since)}, compareEnded)
+	out := make([]*store.RunRecord, 0, len(s.ended)-i)
+	for _, e := range s.ended[i:] {
+		out = append(out, cloneRun(s.sessions[e.key].runs[e.id]))
+	}
+	return out, nil
 }
 
 func checkRunUpdate(u store.RunUpdate) error {

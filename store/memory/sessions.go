@@ -209,22 +209,20 @@ func (s *Store) ListChildren(ctx context.Context, key rein.SessionKey) ([]*store
 	return out, nil
 }
 
-// SetSystem implements store.Sessions.
-func (s *Store) SetSystem(ctx context.Context, key rein.SessionKey, system *string) error {
-	if err := s.lock(ctx); err != nil {
+// SetSystem implements store.Tx.
+func (t *tx) SetSystem(system *string) error {
+	if err := t.check(); err != nil {
 		return err
 	}
-	defer s.mu.Unlock()
-	ss, err := s.get(key)
-	if err != nil {
-		return err
-	}
+	rec := &t.ss.rec
+	old := rec.System
 	if system == nil {
-		ss.rec.System = nil
+		rec.System = nil
 	} else {
 		v := *system
-		ss.rec.System = &v
+		rec.System = &v
 	}
+	t.onUndo(func() { rec.System = old })
 	return nil
 }
 

@@ -10,6 +10,7 @@ import (
 
 	"github.com/reinhq/rein"
 	"github.com/reinhq/rein/store"
+	"github.com/reinhq/rein/store/storetest"
 )
 
 var reqSeq atomic.Int64
@@ -36,7 +37,7 @@ func TestBatchFailuresStayWithTheirRequest(t *testing.T) {
 	s := openStore(t, dsn, Options{})
 	ctx := t.Context()
 	k1, k2 := newSessionKey(t, s), newSessionKey(t, s)
-	lease, err := s.AcquireLease(ctx, k2, "i1", "run_1", time.Minute)
+	lease, err := storetest.AcquireLease(ctx, s, k2, "i1", "run_1", time.Minute)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -97,7 +98,7 @@ func TestFencedAppendAfterTakeover(t *testing.T) {
 	s := openStore(t, dsn, Options{Clock: now})
 	ctx := t.Context()
 	key := newSessionKey(t, s)
-	old, err := s.AcquireLease(ctx, key, "i1", "run_1", time.Second)
+	old, err := storetest.AcquireLease(ctx, s, key, "i1", "run_1", time.Second)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -109,7 +110,7 @@ func TestFencedAppendAfterTakeover(t *testing.T) {
 	if _, err := s.AppendEvents(ctx, key, old.Fence(), []rein.Event{ev}); err != nil {
 		t.Fatalf("append with an expired, untaken token: %v", err)
 	}
-	if _, err := s.AcquireLease(ctx, key, "i2", "run_2", time.Second); err != nil { // …and taken over
+	if _, err := storetest.AcquireLease(ctx, s, key, "i2", "run_2", time.Second); err != nil { // …and taken over
 		t.Fatal(err)
 	}
 	if _, err := s.AppendEvents(ctx, key, old.Fence(), []rein.Event{ev}); !errors.Is(err, rein.ErrLeaseLost) {
@@ -134,7 +135,7 @@ func TestBatchRoundsAndRefusals(t *testing.T) {
 	s := openStore(t, dsn, Options{})
 	ctx := t.Context()
 	k1, k2, k3 := newSessionKey(t, s), newSessionKey(t, s), newSessionKey(t, s)
-	lease, err := s.AcquireLease(ctx, k2, "i1", "run_1", time.Minute)
+	lease, err := storetest.AcquireLease(ctx, s, k2, "i1", "run_1", time.Minute)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -1,6 +1,7 @@
 package postgres
 
 import (
+	"context"
 	"fmt"
 	"slices"
 	"testing"
@@ -84,7 +85,7 @@ func BenchmarkUpdate(b *testing.B) {
 						_, err := tx.AppendEvents(evs(run.ID)...)
 						return err
 					})
-				} else if err = s.CreateRun(ctx, run); err == nil {
+				} else if err = storetest.CreateRun(ctx, s, run); err == nil {
 					_, err = s.AppendEvents(ctx, key, store.Fence{}, evs(run.ID))
 				}
 				lat = append(lat, time.Since(start))
@@ -97,5 +98,20 @@ func BenchmarkUpdate(b *testing.B) {
 			b.ReportMetric(float64(lat[len(lat)/2])/float64(time.Microsecond), "p50_µs")
 			b.ReportMetric(float64(lat[len(lat)*99/100])/float64(time.Microsecond), "p99_µs")
 		})
+	}
+}
+
+// BenchmarkEndedSince lists 10 recent ends beside 1k and 100k old ones:
+// the index keeps the two alike. The old runs are analyzed, as autovacuum
+// would have done in a store that has lived; the recent ends are newer
+// than those statistics, as they always are.
+func BenchmarkEndedSince(b *testing.B) {
+	analyze := func(s store.Store) {
+		if _, err := s.(*Store).pool.Exec(context.Background(), `ANALYZE runs`); err != nil {
+			b.Fatal(err)
+		}
+	}
+	for _, old := range []int{1000, 100_000} {
+		b.Run(fmt.Sprintf("old=%d", old), func(b *testing.B) { storetest.BenchmarkEndedSince(b, benchOpener(b), old, analyze) })
 	}
 }

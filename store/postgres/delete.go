@@ -24,8 +24,8 @@ var sessionTables = []string{"events", "history", "supplements", "confirmations"
 //  1. the session rows FOR UPDATE, key's first, then level by level down
 //     the tree. Each level is read after its parents are locked, and a
 //     child's insert key-share-locks its parent row (its foreign key), so
-//     no child can appear under a locked session unseen; every Update and
-//     public write of a tree session waits from here on.
+//     no child can appear under a locked session unseen; every Update of
+//     a tree session waits from here on.
 //  2. the tree's lease rows, then its counter rows, each sorted by key:
 //     the order of the group commit, which takes no session row, so an
 //     append to a tree session that is already under way finishes first

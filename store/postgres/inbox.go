@@ -1,11 +1,9 @@
 package postgres
 
 import (
-	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
-	"slices"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -34,21 +32,7 @@ func scanSupplement(row pgx.Row) (*store.Supplement, int64, error) {
 	return &sup, pos, nil
 }
 
-// PushSupplement stores a queued supplement, idempotently by id.
-func (s *Store) PushSupplement(ctx context.Context, sup *store.Supplement) (*store.Supplement, bool, error) {
-	var (
-		got     *store.Supplement
-		created bool
-	)
-	key := rein.SessionKey{Owner: sup.Owner, ID: sup.SessionID}
-	err := s.write(ctx, key, func(w sender) (err error) {
-		got, created, err = pushSupplement(w, sup, s.now())
-		return err
-	})
-	return got, created, err
-}
-
-// pushSupplement is PushSupplement, for the public method and Tx alike. The
+// pushSupplement is Tx.PushSupplement. The
 // insert and the read of what is stored under the id go in one round trip:
 // ON CONFLICT waits for a concurrent push of the same id to commit, so the
 // read that follows a conflict always finds the winner's row.
@@ -87,43 +71,6 @@ func pushSupplement(q sender, sup *store.Supplement, now time.Time) (*store.Supp
 func scanSupplementOnly(row pgx.Row) (*store.Supplement, error) {
 	sup, _, err := scanSupplement(row)
 	return sup, err
-}
-
-// supplementRank is a supplement with its push position.
-type supplementRank struct {
-	sup *store.Supplement
-	pos int64
-}
-
-func scanRanked(row pgx.Row) (supplementRank, error) {
-	sup, pos, err := scanSupplement(row)
-	return supplementRank{sup, pos}, err
-}
-
-// ConsumeSupplements marks every queued supplement of the session consumed
-// by (runID, step) in one UPDATE. Under concurrent consumers, in any
-// process, the row locks decide: a second consumer waits on the rows the
-// first is taking, then finds them no longer queued and skips them, so each
-// supplement is returned exactly once.
-func (s *Store) ConsumeSupplements(ctx context.Context, key rein.SessionKey, runID string, step int) ([]*store.Supplement, error) {
-	var got []supplementRank
-	err := s.write(ctx, key, func(w sender) error {
-		b := &pgx.Batch{}
-		queryRows(b, scanRanked, &got, `UPDATE supplements SET status = 'consumed', run_id = $3, step = $4, consumed_at = $5
-			WHERE owner = $1 AND session_id = $2 AND status = 'queued'
-			RETURNING `+supplementColumns, key.Owner, key.ID, runID, step, s.now())
-		return w.send("consume supplements", b)
-	})
-	if err != nil {
-		return nil, err
-	}
-	// RETURNING has no order; push order is the identity column's.
-	slices.SortFunc(got, func(a, b supplementRank) int { return cmp.Compare(a.pos, b.pos) })
-	out := make([]*store.Supplement, len(got))
-	for i, r := range got {
-		out[i] = r.sup
-	}
-	return out, nil
 }
 
 // consumeIDsSQL marks the supplements named by $3 (distinct ids) consumed,
@@ -249,15 +196,7 @@ func scanConfirmation(row pgx.Row) (*store.Confirmation, error) {
 	return &c, nil
 }
 
-// CreateConfirmation stores a pending confirmation.
-func (s *Store) CreateConfirmation(ctx context.Context, c *store.Confirmation) error {
-	return s.write(ctx, rein.SessionKey{Owner: c.Owner, ID: c.SessionID}, func(w sender) error {
-		return createConfirmation(w, c, s.now())
-	})
-}
-
-// createConfirmation is CreateConfirmation, for the public method and Tx
-// alike. DO NOTHING rather than a unique violation, which would abort an
+// createConfirmation is Tx.CreateConfirmation. DO NOTHING rather than a unique violation, which would abort an
 // Update's transaction.
 func createConfirmation(q sender, c *store.Confirmation, now time.Time) error {
 	if c.ToolUseID == "" {
@@ -285,18 +224,7 @@ func createConfirmation(q sender, c *store.Confirmation, now time.Time) error {
 	return nil
 }
 
-// ResolveConfirmation answers a pending confirmation.
-func (s *Store) ResolveConfirmation(ctx context.Context, key rein.SessionKey, toolUseID string, allow bool, denyMessage string) (*store.Confirmation, error) {
-	var c *store.Confirmation
-	err := s.write(ctx, key, func(w sender) (err error) {
-		c, err = resolveConfirmation(w, key, toolUseID, allow, denyMessage, s.now())
-		return err
-	})
-	return c, err
-}
-
-// resolveConfirmation is ResolveConfirmation, for the public method and Tx
-// alike. The UPDATE's "state = 'pending'" condition, re-checked after
+// resolveConfirmation is Tx.ResolveConfirmation. The UPDATE's "state = 'pending'" condition, re-checked after
 // waiting on a concurrent resolver's row lock, lets exactly one resolver
 // win; the read after it, in the same round trip, explains a refusal.
 func resolveConfirmation(q sender, key rein.SessionKey, toolUseID string, allow bool, denyMessage string, now time.Time) (*store.Confirmation, error) {
@@ -327,11 +255,6 @@ func resolveConfirmation(q sender, key rein.SessionKey, toolUseID string, allow 
 		return nil, rein.Errorf(rein.CodeNotFound, "confirmation not found")
 	}
 	return nil, rein.Errorf(rein.CodeConflict, "confirmation %s is no longer pending (%s)", toolUseID, cur)
-}
-
-// CloseConfirmations closes the run's pending confirmations.
-func (s *Store) CloseConfirmations(ctx context.Context, key rein.SessionKey, runID string) error {
-	return s.write(ctx, key, func(w sender) error { return closeConfirmations(w, key, runID, s.now()) })
 }
 
 func closeConfirmations(q sender, key rein.SessionKey, runID string, now time.Time) error {

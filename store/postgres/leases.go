@@ -44,19 +44,7 @@ RETURNING ` + leaseColumns
 
 const holderSQL = `SELECT run_id FROM leases WHERE owner = $1 AND session_id = $2`
 
-// AcquireLease gives the session's turn to runID on holder for ttl. Expiry
-// is judged by the database's clock unless Options.Clock is set.
-func (s *Store) AcquireLease(ctx context.Context, key rein.SessionKey, holder, runID string, ttl time.Duration) (*store.Lease, error) {
-	var l *store.Lease
-	err := s.write(ctx, key, func(w sender) (err error) {
-		l, err = acquireLease(w, key, holder, runID, ttl, s.leaseNow())
-		return err
-	})
-	return l, err
-}
-
-// acquireLease is AcquireLease, for the public method and Tx alike. now is
-// the time expiry is judged by; nil means the database's now().
+// acquireLease is Tx.AcquireLease. now is the time expiry is judged by; nil means the database's now().
 func acquireLease(q sender, key rein.SessionKey, holder, runID string, ttl time.Duration, now *time.Time) (*store.Lease, error) {
 	var expires *time.Time
 	if now != nil {
@@ -128,13 +116,6 @@ func (s *Store) RenewLease(ctx context.Context, l *store.Lease, ttl time.Duratio
 	return nl, nil
 }
 
-// ReleaseLease drops the lease if its token is still current. Like
-// RenewLease it needs no session lock; and a missing session is not an
-// error here (there is nothing to release).
-func (s *Store) ReleaseLease(ctx context.Context, l *store.Lease) error {
-	return s.plain(ctx, func(q sender) error { return releaseLease(q, l.Key(), l.Token) })
-}
-
 func releaseLease(q sender, key rein.SessionKey, token int64) error {
 	b := &pgx.Batch{}
 	b.Queue(`DELETE FROM leases WHERE owner = $1 AND session_id = $2 AND token = $3`, key.Owner, key.ID, token)
@@ -157,21 +138,6 @@ func (s *Store) GetLease(ctx context.Context, key rein.SessionKey) (*store.Lease
 		return nil, s.fail(ctx, octx, "get lease", err)
 	}
 	return l, nil
-}
-
-// ListExpiredLeases returns the leases that expired before now, oldest
-// expiry first. A zero now means the database's now(): the clock that
-// AcquireLease judges expiry by when Options.Clock is nil, so a caller
-// looking for turns to take over need not read (or trust) its own clock.
-func (s *Store) ListExpiredLeases(ctx context.Context, now time.Time) ([]*store.Lease, error) {
-	var before *time.Time
-	if !now.IsZero() {
-		c := ceilMicro(now)
-		before = &c
-	}
-	return queryAll(ctx, s, "list expired leases", scanLease, `SELECT `+leaseColumns+` FROM leases
-		WHERE expires_at < coalesce($1::timestamptz, now())
-		ORDER BY expires_at, owner, session_id`, before)
 }
 
 // ceilMicro rounds t up to PostgreSQL's microsecond precision. A stored

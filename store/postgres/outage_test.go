@@ -14,6 +14,7 @@ import (
 
 	"github.com/reinhq/rein"
 	"github.com/reinhq/rein/store"
+	"github.com/reinhq/rein/store/storetest"
 )
 
 // proxy is a loopback TCP proxy in front of the database, so a test can
@@ -166,7 +167,7 @@ func TestDatabaseOutageAndRecovery(t *testing.T) {
 		{"ReadEvents", func(ctx context.Context) error { _, _, err := s.ReadEvents(ctx, key, 0, 10); return err }},
 		{"GetSession", func(ctx context.Context) error { _, err := s.GetSession(ctx, key); return err }},
 		{"AcquireLease", func(ctx context.Context) error {
-			_, err := s.AcquireLease(ctx, key, "i1", "run_1", time.Minute)
+			_, err := storetest.AcquireLease(ctx, s, key, "i1", "run_1", time.Minute)
 			return err
 		}},
 		{"Update", func(ctx context.Context) error {
@@ -261,7 +262,7 @@ func TestPoolExhaustionIsUnavailable(t *testing.T) {
 	}
 	blocked := make(chan error, 1)
 	sys := "x"
-	go func() { blocked <- s.SetSystem(context.Background(), key, &sys) }()
+	go func() { blocked <- storetest.SetSystem(context.Background(), s, key, &sys) }()
 
 	// Wait until SetSystem's backend is queued on our lock: observable in
 	// pg_stat_activity, read on a connection of its own. Read inside the
@@ -275,7 +276,7 @@ func TestPoolExhaustionIsUnavailable(t *testing.T) {
 	for {
 		var n int
 		err := watcher.QueryRow(ctx, `SELECT count(*) FROM pg_stat_activity
-			WHERE wait_event_type = 'Lock' AND query LIKE 'UPDATE sessions SET system%'`).Scan(&n)
+			WHERE wait_event_type = 'Lock' AND query LIKE 'SELECT now() FROM sessions%'`).Scan(&n)
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -24,9 +24,10 @@
 //     (in that order, the order every writer here follows), sends the
 //     writes whose outcome its function needs as they are made, and holds
 //     events and history back for the last round trip, with the COMMIT.
-//     Every public write to a session key-share-locks the session row
-//     first, so it waits for an Update in any process rather than changing
-//     what the Update read. Lease expiry is judged by the database's now().
+//     Every write to a session but an append and a lease's renewal is an
+//     Update (store.Tx), and those two wait on the counter and lease rows
+//     the Update holds, so nothing changes what an Update read before it
+//     commits. Lease expiry is judged by the database's now().
 //   - Database trouble is rein.CodeUnavailable. Connection failures, a
 //     server shutting down, an exhausted pool, or a database that does not
 //     answer within Options.Timeout all surface as unavailable errors, and

@@ -34,11 +34,6 @@ func scanRun(row pgx.Row) (*store.RunRecord, error) {
 	return &r, nil
 }
 
-// CreateRun stores a run record.
-func (s *Store) CreateRun(ctx context.Context, r *store.RunRecord) error {
-	return s.write(ctx, r.Key(), func(w sender) error { return createRun(w, r, s.now()) })
-}
-
 // insertRunSQL inserts a run unless its id or client id is taken. DO
 // NOTHING rather than a unique violation, because inside an Update a
 // failed statement would abort the whole transaction, and a caller that
@@ -48,8 +43,7 @@ const insertRunSQL = `INSERT INTO runs (` + runColumns + `)
 	ON CONFLICT DO NOTHING
 	RETURNING 1`
 
-// createRun is CreateRun, for the public method and Tx alike; now stamps a
-// zero CreatedAt.
+// createRun is Tx.CreateRun; now stamps a zero CreatedAt.
 func createRun(q sender, r *store.RunRecord, now time.Time) error {
 	if r.ID == "" {
 		return rein.InvalidArgument("id", "run id is empty")
@@ -68,7 +62,7 @@ func createRun(q sender, r *store.RunRecord, now time.Time) error {
 	queryRow(b, scanInt, new(int64), &inserted, insertRunSQL,
 		r.Owner, r.SessionID, r.ID, string(r.Status), string(r.Reason), r.Error, r.Input, nullString(r.ClientID), r.QueueOrder,
 		nullTime(r.Deadline), r.Instance, r.Usage.InputTokens, r.Usage.OutputTokens, r.CreatedAt, nullTime(r.StartedAt), nullTime(r.EndedAt),
-		r.Resumes, r.Stop, r.RolledBack)
+		r.Resumes, string(r.Stop), r.RolledBack)
 	if err := q.send("create run", b); err != nil {
 		return err
 	}
@@ -101,49 +95,31 @@ func scanBool(row pgx.Row) (bool, error) {
 	return v, err
 }
 
-// updateRunSQL applies a RunUpdate to a run that is not terminal, in one
-// statement that also checks the fence (as for events: the lease row is
-// share-locked so the check holds until commit). Zero fields keep the stored
-// value, exactly as store.RunUpdate.Apply does (TestUpdateRunMatchesApply
-// holds the two together). No row means: missing run, terminal run, or
-// stale fence.
+// updateRunSQL applies a RunUpdate to a run that is not terminal. Zero
+// fields keep the stored value, exactly as store.RunUpdate.Apply does
+// (TestUpdateRunMatchesApply holds the two together). No row means: missing
+// run, or terminal run. (The Update that runs it checked its fence and
+// holds the lease row until commit.)
 const updateRunSQL = `
-WITH lease AS (
-    SELECT 1 FROM leases WHERE owner = $1 AND session_id = $2 AND token = $4::bigint FOR SHARE
-)
 UPDATE runs SET
-    status        = coalesce(nullif($5::text, ''), status),
-    reason        = coalesce(nullif($6::text, ''), reason),
-    error         = coalesce(nullif($7::text, ''), error),
-    queue_order   = coalesce($8::bigint, queue_order),
-    instance      = coalesce(nullif($9::text, ''), instance),
-    input_tokens  = coalesce($10::bigint, input_tokens),
-    output_tokens = coalesce($11::bigint, output_tokens),
-    started_at    = coalesce($12::timestamptz, started_at),
-    ended_at      = coalesce($13::timestamptz, ended_at),
-    resumes       = coalesce($14::integer, resumes),
-    stop          = coalesce(nullif($15::text, ''), stop),
-    rolled_back   = rolled_back OR $16::boolean
+    status        = coalesce(nullif($4::text, ''), status),
+    reason        = coalesce(nullif($5::text, ''), reason),
+    error         = coalesce(nullif($6::text, ''), error),
+    queue_order   = coalesce($7::bigint, queue_order),
+    instance      = coalesce(nullif($8::text, ''), instance),
+    input_tokens  = coalesce($9::bigint, input_tokens),
+    output_tokens = coalesce($10::bigint, output_tokens),
+    started_at    = coalesce($11::timestamptz, started_at),
+    ended_at      = coalesce($12::timestamptz, ended_at),
+    resumes       = coalesce($13::integer, resumes),
+    stop          = coalesce(nullif($14::text, ''), stop),
+    rolled_back   = rolled_back OR $15::boolean
 WHERE owner = $1 AND session_id = $2 AND id = $3
   AND status NOT IN ('COMPLETED', 'FAILED', 'CANCELLED')
-  AND ($4::bigint = 0 OR EXISTS (SELECT 1 FROM lease))
 RETURNING ` + runColumns
 
-// UpdateRun applies u to a run that is not terminal. Concurrent updates are
-// serialised by the row lock, and a terminal status, once committed, fails
-// every later update: the first terminal update wins across processes.
-func (s *Store) UpdateRun(ctx context.Context, key rein.SessionKey, fence store.Fence, runID string, u store.RunUpdate) (*store.RunRecord, error) {
-	var r *store.RunRecord
-	err := s.write(ctx, key, func(w sender) (err error) {
-		r, err = updateRun(w, key, fence.Token, runID, u)
-		return err
-	})
-	return r, err
-}
-
-// updateRun is UpdateRun, for the public method and Tx alike (a Tx passes
-// fence 0: its Update checked the fence and holds it).
-func updateRun(q sender, key rein.SessionKey, fence int64, runID string, u store.RunUpdate) (*store.RunRecord, error) {
+// updateRun is Tx.UpdateRun: its Update checked the fence and holds it.
+func updateRun(q sender, key rein.SessionKey, runID string, u store.RunUpdate) (*store.RunRecord, error) {
 	if u.Status != "" && !u.Status.Valid() {
 		return nil, rein.InvalidArgument("status", "unknown run status %q", u.Status)
 	}
@@ -156,39 +132,29 @@ func updateRun(q sender, key rein.SessionKey, fence int64, runID string, u store
 		updated bool
 	)
 	b := &pgx.Batch{}
-	queryRow(b, scanRun, &r, &updated, updateRunSQL, key.Owner, key.ID, runID, fence,
+	queryRow(b, scanRun, &r, &updated, updateRunSQL, key.Owner, key.ID, runID,
 		string(u.Status), string(u.Reason), u.Error, u.QueueOrder, u.Instance, in, out, nullTime(u.StartedAt), nullTime(u.EndedAt),
-		u.Resumes, u.Stop, u.RolledBack)
+		u.Resumes, string(u.Stop), u.RolledBack)
 	if err := q.send("update run", b); err != nil {
 		return nil, err
 	}
 	if updated {
 		return r, nil
 	}
-	// Refused: say why, checking in the order the contract ranks the
-	// reasons (stale fence, missing run, ended run; the sender reported a
-	// missing session).
+	// Refused: a missing run or an ended one; say which.
 	var (
-		holds bool
 		cur   *store.RunRecord
 		found bool
 	)
 	b = &pgx.Batch{}
-	queryRow(b, scanBool, &holds, nil, `SELECT EXISTS (SELECT 1 FROM leases WHERE owner = $1 AND session_id = $2 AND token = $3)`,
-		key.Owner, key.ID, fence)
 	queryRow(b, scanRun, &cur, &found, `SELECT `+runColumns+` FROM runs WHERE owner = $1 AND session_id = $2 AND id = $3`,
 		key.Owner, key.ID, runID)
 	if err := q.send("update run", b); err != nil {
 		return nil, err
 	}
-	switch {
-	case fence != 0 && !holds:
-		return nil, errLeaseLost
-	case found && cur.Status.Terminal():
+	if found && cur.Status.Terminal() {
 		return cur, rein.Errorf(rein.CodeConflict, "run %s has already ended (%s)", runID, cur.Status)
 	}
-	// Missing — or created, or the lease taken, after the update looked:
-	// at that moment there was nothing it could update.
 	return nil, errRunNotFound
 }
 
@@ -263,6 +229,16 @@ func (s *Store) ListRunsByStatus(ctx context.Context, statuses ...rein.RunStatus
 	}
 	return s.listRuns(ctx, "list runs by status", `SELECT `+runColumns+` FROM runs WHERE status = ANY($1)
 		ORDER BY created_at, id`, ss)
+}
+
+// endedSinceSQL is ListEndedSince's query: a range of the runs_by_end
+// index (TestEndedSinceUsesIndex checks the plan).
+const endedSinceSQL = `SELECT ` + runColumns + ` FROM runs WHERE ended_at >= $1 ORDER BY ended_at, id`
+
+// ListEndedSince returns the runs ended at or after since, oldest end
+// first.
+func (s *Store) ListEndedSince(ctx context.Context, since time.Time) ([]*store.RunRecord, error) {
+	return s.listRuns(ctx, "list runs ended since", endedSinceSQL, since)
 }
 
 func (s *Store) listRuns(ctx context.Context, op, query string, args ...any) ([]*store.RunRecord, error) {

@@ -231,23 +231,6 @@ func queryAll[T any](ctx context.Context, s *Store, op string, scan func(pgx.Row
 	return out, nil
 }
 
-// SetSystem replaces the session's system-prompt override.
-func (s *Store) SetSystem(ctx context.Context, key rein.SessionKey, system *string) error {
-	if err := s.checkOpen(); err != nil {
-		return err
-	}
-	octx, cancel := s.opContext(ctx)
-	defer cancel()
-	tag, err := s.pool.Exec(octx, `UPDATE sessions SET system = $3 WHERE owner = $1 AND id = $2`, key.Owner, key.ID, system)
-	if err != nil {
-		return s.fail(ctx, octx, "set system", err)
-	}
-	if tag.RowsAffected() == 0 {
-		return errSessionNotFound
-	}
-	return nil
-}
-
 // ----------------------------------------------------------------- history
 
 // History messages are stored as store/internal/histcodec encodes them:
@@ -257,39 +240,6 @@ var (
 	encodeMessage = histcodec.Encode
 	decodeMessage = histcodec.Decode
 )
-
-// AppendHistory appends msgs to the transcript in one pipelined implicit
-// transaction (one round trip): a statement that checks the session and
-// the fence, locking both rows, then the insert, which writes nothing
-// unless the fence holds.
-func (s *Store) AppendHistory(ctx context.Context, key rein.SessionKey, fence store.Fence, msgs []rein.Message) error {
-	if err := s.checkOpen(); err != nil {
-		return err
-	}
-	enc, err := encodeHistory(msgs)
-	if err != nil {
-		return err
-	}
-	octx, cancel := s.opContext(ctx)
-	defer cancel()
-	var checked, exists, holds bool
-	b := &pgx.Batch{}
-	// The session row lock keeps concurrent batches whole: each takes its
-	// transcript positions only once the previous has committed.
-	queueCheck(b, key, fence.Token, true, &checked, &exists, &holds)
-	queueHistory(b, key, fence.Token, enc)
-	err = s.pool.SendBatch(octx, b).Close()
-	switch {
-	case checked && !exists:
-		// The insert failed on the foreign key, or was never reached.
-		return errSessionNotFound
-	case err != nil:
-		return s.fail(ctx, octx, "append history", err)
-	case fence.Token != 0 && !holds:
-		return errLeaseLost
-	}
-	return nil
-}
 
 // encodeHistory encodes msgs for the history table's json column.
 func encodeHistory(msgs []rein.Message) ([]string, error) {

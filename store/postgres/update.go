@@ -15,13 +15,13 @@ import (
 //
 // The transaction is opened together with the locks that make it the only
 // writer of the session, in one round trip, in the order every writer of
-// the package takes them (session row, lease row, counter row; see
-// lockSessionSQL and the group commit in events.go), so no two writers,
-// in any processes, can wait for each other in a cycle:
+// the package takes them (session row, lease row, counter row; see the
+// group commit in events.go), so no two writers, in any processes, can
+// wait for each other in a cycle:
 //
-//  1. the session row FOR UPDATE: every public write to the session
-//     key-share-locks that row first and so waits for us (and foreign key
-//     checks of inserts into the session's tables take that same lock);
+//  1. the session row FOR UPDATE: every other Update of the session waits
+//     for us (and foreign key checks of inserts into the session's tables
+//     key-share-lock that row, so they wait too);
 //  2. the lease row FOR UPDATE, if there is one: the fence check, held
 //     until commit, and the lock that Tx.AcquireLease and Tx.ReleaseLease
 //     need, taken now so it never has to be upgraded from a share lock
@@ -80,6 +80,11 @@ type updateTx struct {
 	events  []rein.Event // held back for the commit, seqs assigned
 	title   *string      // a default title held back for the commit
 	history []string     // held back for the commit, encoded
+	// system is the override SetSystem holds back for the commit, when
+	// systemSet: the session row is locked, so the update cannot be
+	// refused.
+	system    *string
+	systemSet bool
 
 	// err is the failure that aborted the database transaction.
 	err  error
@@ -175,6 +180,9 @@ func scanTime(row pgx.Row) (time.Time, error) {
 // included, and the transaction is rolled back.
 func (u *updateTx) commit() error {
 	b := &pgx.Batch{}
+	if u.systemSet {
+		b.Queue(`UPDATE sessions SET system = $3 WHERE owner = $1 AND id = $2`, u.key.Owner, u.key.ID, u.system)
+	}
 	queueHistory(b, u.key, 0, u.history)
 	if u.title != nil {
 		b.Queue(`UPDATE sessions SET title = $3 WHERE owner = $1 AND id = $2 AND title IS NULL`, u.key.Owner, u.key.ID, *u.title)
@@ -277,6 +285,20 @@ func (u *updateTx) sameSession(owner, sessionID, what string) error {
 // so one transition carries one time.
 func (u *updateTx) Now() time.Time { return u.now }
 
+// SetSystem holds the session's new system-prompt override back for the
+// commit.
+func (u *updateTx) SetSystem(system *string) error {
+	if err := u.usable(); err != nil {
+		return err
+	}
+	u.system, u.systemSet = nil, true
+	if system != nil {
+		v := *system
+		u.system = &v
+	}
+	return nil
+}
+
 // Lease returns the session's lease as this transaction sees it.
 func (u *updateTx) Lease() (*store.Lease, error) {
 	if err := u.usable(); err != nil {
@@ -364,7 +386,7 @@ func (u *updateTx) CreateRun(r *store.RunRecord) error {
 // UpdateRun applies ru to a run inside the transaction. The Update checked
 // its fence and holds it, so no fence is checked here.
 func (u *updateTx) UpdateRun(runID string, ru store.RunUpdate) (*store.RunRecord, error) {
-	return updateRun(u, u.key, 0, runID, ru)
+	return updateRun(u, u.key, runID, ru)
 }
 
 // AppendHistory validates and holds msgs back for the commit.

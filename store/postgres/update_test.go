@@ -13,6 +13,7 @@ import (
 
 	"github.com/reinhq/rein"
 	"github.com/reinhq/rein/store"
+	"github.com/reinhq/rein/store/storetest"
 )
 
 // These tests check what the conformance suite cannot see from one Store:
@@ -176,13 +177,14 @@ func waitBlockedBy(t *testing.T, conn *pgx.Conn, pid uint32, done <-chan error) 
 	}
 }
 
-// Every public write to a session waits while an Update on another
-// instance holds it, and then sees what the Update committed. Each case
+// Every write to a session (an Update of its own, or a lease's renewal)
+// waits while an Update on another instance holds it, and then sees what
+// the Update committed. Each case
 // also makes the Update write the same key the waiting write is about to
 // (a client id, a lease, a supplement id) after the other has queued: with
 // the locks taken in different orders the two would deadlock, which
 // PostgreSQL breaks by failing one of them as unavailable.
-func TestPublicWritesWaitForUpdate(t *testing.T) {
+func TestWritesWaitForUpdate(t *testing.T) {
 	dsn := testDSN(t)
 	a, b := twoStores(t, Options{})
 	observer, err := pgx.Connect(t.Context(), dsn)
@@ -208,8 +210,10 @@ func TestPublicWritesWaitForUpdate(t *testing.T) {
 		return &store.RunRecord{Owner: key.Owner, SessionID: key.ID, ID: id + "_" + key.ID, ClientID: clientID, Status: rein.StatusQueued}
 	}
 	cases := []kase{{
-		name:   "CreateRun with the client id the Update takes",
-		public: func(key rein.SessionKey, _ *store.Lease) error { return b.CreateRun(ctx, runIn(key, "run_b", "c-1")) },
+		name: "CreateRun with the client id the Update takes",
+		public: func(key rein.SessionKey, _ *store.Lease) error {
+			return storetest.CreateRun(ctx, b, runIn(key, "run_b", "c-1"))
+		},
 		inTx: func(tx store.Tx, key rein.SessionKey, _ *store.Lease) error {
 			return tx.CreateRun(runIn(key, "run_a", "c-1"))
 		},
@@ -222,7 +226,7 @@ func TestPublicWritesWaitForUpdate(t *testing.T) {
 	}, {
 		name: "AcquireLease while the Update acquires",
 		public: func(key rein.SessionKey, _ *store.Lease) error {
-			_, err := b.AcquireLease(ctx, key, "inst-b", "run_b", ttl)
+			_, err := storetest.AcquireLease(ctx, b, key, "inst-b", "run_b", ttl)
 			return err
 		},
 		inTx: func(tx store.Tx, _ rein.SessionKey, _ *store.Lease) error {
@@ -239,7 +243,7 @@ func TestPublicWritesWaitForUpdate(t *testing.T) {
 	}, {
 		name: "RenewLease while the Update releases",
 		setup: func(t *testing.T, key rein.SessionKey) *store.Lease {
-			l, err := a.AcquireLease(ctx, key, "inst-a", "run_a", ttl)
+			l, err := storetest.AcquireLease(ctx, a, key, "inst-a", "run_a", ttl)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -256,7 +260,7 @@ func TestPublicWritesWaitForUpdate(t *testing.T) {
 	}, {
 		name: "fenced AppendEvents while the Update takes the lease over",
 		setup: func(t *testing.T, key rein.SessionKey) *store.Lease {
-			l, err := a.AcquireLease(ctx, key, "inst-a", "run_a", ttl)
+			l, err := storetest.AcquireLease(ctx, a, key, "inst-a", "run_a", ttl)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -298,7 +302,7 @@ func TestPublicWritesWaitForUpdate(t *testing.T) {
 	}, {
 		name: "PushSupplement with the id the Update pushes",
 		public: func(key rein.SessionKey, _ *store.Lease) error {
-			got, created, err := b.PushSupplement(ctx, &store.Supplement{Owner: key.Owner, SessionID: key.ID, ID: "sup_1", Text: "b", Source: "user"})
+			got, created, err := storetest.PushSupplement(ctx, b, &store.Supplement{Owner: key.Owner, SessionID: key.ID, ID: "sup_1", Text: "b", Source: "user"})
 			if err == nil && (created || got.Text != "a") {
 				return fmt.Errorf("PushSupplement = %+v, created %v; want the Update's, not created", got, created)
 			}
@@ -312,13 +316,13 @@ func TestPublicWritesWaitForUpdate(t *testing.T) {
 	}, {
 		name: "UpdateRun while the Update ends the run",
 		setup: func(t *testing.T, key rein.SessionKey) *store.Lease {
-			if err := a.CreateRun(ctx, runIn(key, "run_a", "")); err != nil {
+			if err := storetest.CreateRun(ctx, a, runIn(key, "run_a", "")); err != nil {
 				t.Fatal(err)
 			}
 			return nil
 		},
 		public: func(key rein.SessionKey, _ *store.Lease) error {
-			_, err := b.UpdateRun(ctx, key, store.Fence{}, "run_a_"+key.ID, store.RunUpdate{Stop: "cancel"})
+			_, err := storetest.UpdateRun(ctx, b, key, store.Fence{}, "run_a_"+key.ID, store.RunUpdate{Stop: "cancel"})
 			return err
 		},
 		inTx: func(tx store.Tx, key rein.SessionKey, _ *store.Lease) error {
@@ -334,13 +338,13 @@ func TestPublicWritesWaitForUpdate(t *testing.T) {
 	}, {
 		name: "ResolveConfirmation while the Update closes it",
 		setup: func(t *testing.T, key rein.SessionKey) *store.Lease {
-			if err := a.CreateConfirmation(ctx, &store.Confirmation{Owner: key.Owner, SessionID: key.ID, RunID: "run_a", ToolUseID: "call_1", Name: "t"}); err != nil {
+			if err := storetest.CreateConfirmation(ctx, a, &store.Confirmation{Owner: key.Owner, SessionID: key.ID, RunID: "run_a", ToolUseID: "call_1", Name: "t"}); err != nil {
 				t.Fatal(err)
 			}
 			return nil
 		},
 		public: func(key rein.SessionKey, _ *store.Lease) error {
-			_, err := b.ResolveConfirmation(ctx, key, "call_1", true, "")
+			_, err := storetest.ResolveConfirmation(ctx, b, key, "call_1", true, "")
 			return err
 		},
 		inTx: func(tx store.Tx, _ rein.SessionKey, _ *store.Lease) error { return tx.CloseConfirmations("run_a") },
@@ -353,7 +357,7 @@ func TestPublicWritesWaitForUpdate(t *testing.T) {
 	}, {
 		name: "AppendHistory while the Update appends history",
 		public: func(key rein.SessionKey, _ *store.Lease) error {
-			return b.AppendHistory(ctx, key, store.Fence{}, []rein.Message{{Role: rein.RoleUser, Text: "second"}})
+			return storetest.AppendHistory(ctx, b, key, store.Fence{}, []rein.Message{{Role: rein.RoleUser, Text: "second"}})
 		},
 		inTx: func(tx store.Tx, _ rein.SessionKey, _ *store.Lease) error {
 			return tx.AppendHistory(rein.Message{Role: rein.RoleUser, Text: "first"})
@@ -488,26 +492,34 @@ func TestLeaseExpiryFollowsDatabaseClock(t *testing.T) {
 			t.Fatalf("%s = %v, want within [%v, %v]", what, got, lo, hi)
 		}
 	}
-	if err := fast.CreateRun(ctx, &store.RunRecord{Owner: key.Owner, SessionID: key.ID, ID: "run_0", Status: rein.StatusQueued}); err != nil {
+	evs, err := fast.AppendEvents(ctx, key, store.Fence{}, []rein.Event{sysEvent("stamped")})
+	if err != nil {
 		t.Fatal(err)
 	}
-	if r, _ := fast.GetRun(ctx, key, "run_0"); r.CreatedAt.Sub(dbNow()) < 50*time.Minute {
-		t.Fatalf("CreatedAt %v does not follow the skewed process clock", r.CreatedAt)
+	if evs[0].CreatedAt.Sub(dbNow()) < 50*time.Minute {
+		t.Fatalf("CreatedAt %v does not follow the skewed process clock", evs[0].CreatedAt)
+	}
+	// An Update's stamps are its transaction's time, the database's.
+	lo := dbNow()
+	if err := storetest.CreateRun(ctx, fast, &store.RunRecord{Owner: key.Owner, SessionID: key.ID, ID: "run_0", Status: rein.StatusQueued}); err != nil {
+		t.Fatal(err)
+	}
+	if r, err := fast.GetRun(ctx, key, "run_0"); err != nil {
+		t.Fatal(err)
+	} else {
+		within("a run's CreatedAt", r.CreatedAt, lo, dbNow())
 	}
 
 	const ttl = time.Minute
-	lo := dbNow()
-	l, err := fast.AcquireLease(ctx, key, "fast", "run_1", ttl)
+	lo = dbNow()
+	l, err := storetest.AcquireLease(ctx, fast, key, "fast", "run_1", ttl)
 	if err != nil {
 		t.Fatal(err)
 	}
 	within("ExpiresAt", l.ExpiresAt, lo.Add(ttl), dbNow().Add(ttl))
 	// By its own clock the fast instance would think the lease long gone.
-	if _, err := fast.AcquireLease(ctx, key, "fast", "run_2", ttl); !errors.Is(err, rein.ErrSessionBusy) {
+	if _, err := storetest.AcquireLease(ctx, fast, key, "fast", "run_2", ttl); !errors.Is(err, rein.ErrSessionBusy) {
 		t.Fatalf("AcquireLease of an unexpired lease by a fast instance = %v, want busy", err)
-	}
-	if list, err := fast.ListExpiredLeases(ctx, time.Time{}); err != nil || len(list) != 0 {
-		t.Fatalf("ListExpiredLeases(zero) = %v, %v; want none", list, err)
 	}
 	lo = dbNow()
 	if l, err = fast.RenewLease(ctx, l, ttl); err != nil {
@@ -520,8 +532,8 @@ func TestLeaseExpiryFollowsDatabaseClock(t *testing.T) {
 	if _, err := fast.pool.Exec(ctx, `UPDATE leases SET expires_at = now() - interval '1 millisecond'`); err != nil {
 		t.Fatal(err)
 	}
-	if list, err := slow.ListExpiredLeases(ctx, time.Time{}); err != nil || len(list) != 1 || list[0].Token != l.Token {
-		t.Fatalf("ListExpiredLeases(zero) = %+v, %v; want the expired lease", list, err)
+	if got, err := slow.GetLease(ctx, key); err != nil || got.Token != l.Token || !got.ExpiresAt.Before(dbNow()) {
+		t.Fatalf("GetLease = %+v, %v; want the lease, expired", got, err)
 	}
 	if _, err := slow.RenewLease(ctx, l, ttl); !errors.Is(err, rein.ErrLeaseLost) {
 		t.Fatalf("RenewLease of an expired lease = %v, want lease lost", err)
@@ -575,11 +587,11 @@ func TestUpdateRunMatchesApply(t *testing.T) {
 	}
 	want := &store.RunRecord{Owner: key.Owner, SessionID: key.ID, ID: "run_1", Status: rein.StatusQueued, Input: "hi",
 		ClientID: "c-1", QueueOrder: 1, Instance: "inst-a", Resumes: 1}
-	if err := s.CreateRun(ctx, want); err != nil {
+	if err := storetest.CreateRun(ctx, s, want); err != nil {
 		t.Fatal(err)
 	}
 	for i, u := range updates {
-		got, err := s.UpdateRun(ctx, key, store.Fence{}, "run_1", u)
+		got, err := storetest.UpdateRun(ctx, s, key, store.Fence{}, "run_1", u)
 		if err != nil {
 			t.Fatalf("update %d: %v", i, err)
 		}

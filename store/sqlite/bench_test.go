@@ -16,3 +16,7 @@ func BenchmarkAppendShared256(b *testing.B) { storetest.BenchmarkAppendShared(b,
 
 // Replay of a 100k-event log after cursor 0, pages of 1000.
 func BenchmarkReplay100k(b *testing.B) { storetest.BenchmarkReplay(b, open, 100_000, 1000) }
+
+// ListEndedSince of 10 recent ends beside 1k and 100k old ones.
+func BenchmarkEndedSince1k(b *testing.B)   { storetest.BenchmarkEndedSince(b, open, 1000, nil) }
+func BenchmarkEndedSince100k(b *testing.B) { storetest.BenchmarkEndedSince(b, open, 100_000, nil) }

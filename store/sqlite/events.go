@@ -16,22 +16,6 @@ import (
 
 // ------------------------------------------------------------------ history
 
-// AppendHistory implements store.History. The messages are encoded
-// before they reach the writer, which then only inserts.
-func (s *Store) AppendHistory(ctx context.Context, key rein.SessionKey, fence store.Fence, msgs []rein.Message) error {
-	encoded, err := encodeHistory(msgs)
-	if err != nil {
-		return err
-	}
-	return s.write(ctx, "appending history", func(tx *wtx) error {
-		si, err := tx.fenced(key, fence)
-		if err != nil {
-			return err
-		}
-		return tx.appendHistory(key, si, encoded)
-	})
-}
-
 func encodeHistory(msgs []rein.Message) ([]string, error) {
 	encoded := make([]string, len(msgs))
 	for i, m := range msgs {

@@ -9,6 +9,7 @@ import (
 
 	"github.com/reinhq/rein"
 	"github.com/reinhq/rein/store"
+	"github.com/reinhq/rein/store/storetest"
 )
 
 // dbSession and dbPending read the database itself, past the tails.
@@ -101,7 +102,7 @@ func TestFactsFollowWrites(t *testing.T) {
 
 	push := func(id string) {
 		t.Helper()
-		if _, _, err := s.PushSupplement(t.Context(), &store.Supplement{Owner: "o", SessionID: "ses_p", ID: id, Text: "t"}); err != nil {
+		if _, _, err := storetest.PushSupplement(t.Context(), s, &store.Supplement{Owner: "o", SessionID: "ses_p", ID: id, Text: "t"}); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -136,7 +137,7 @@ func TestFactsFollowWrites(t *testing.T) {
 	}
 	agree(t, s, key, true, "after a consumption in an Update")
 	push("sup_3")
-	if _, err := s.ConsumeSupplements(t.Context(), key, "run_x", 2); err != nil {
+	if _, err := storetest.ConsumeSupplements(t.Context(), s, key, "run_x", 2); err != nil {
 		t.Fatal(err)
 	}
 	agree(t, s, key, true, "after ConsumeSupplements")
@@ -148,7 +149,7 @@ func TestFactsFollowWrites(t *testing.T) {
 	// one that makes the history longer than a tail keeps makes it read
 	// from the database again.
 	user := func(text string) rein.Message { return rein.Message{Role: rein.RoleUser, Text: text} }
-	if err := s.AppendHistory(t.Context(), key, store.Fence{}, []rein.Message{user("one"), user("two")}); err != nil {
+	if err := storetest.AppendHistory(t.Context(), s, key, store.Fence{}, []rein.Message{user("one"), user("two")}); err != nil {
 		t.Fatal(err)
 	}
 	agree(t, s, key, true, "after AppendHistory")
@@ -168,7 +169,7 @@ func TestFactsFollowWrites(t *testing.T) {
 		t.Fatalf("Update = %v, want boom", err)
 	}
 	agree(t, s, key, true, "after a failed Update that appended history")
-	if err := s.AppendHistory(t.Context(), key, store.Fence{}, []rein.Message{user(strings.Repeat("x", histFactBytes))}); err != nil {
+	if err := storetest.AppendHistory(t.Context(), s, key, store.Fence{}, []rein.Message{user(strings.Repeat("x", histFactBytes))}); err != nil {
 		t.Fatal(err)
 	}
 	if _, ok := s.tails.history(key); ok {
@@ -183,7 +184,7 @@ func TestFactsFollowWrites(t *testing.T) {
 
 	// A new system prompt: the record is read again, then known again.
 	other := "be thorough"
-	if err := s.SetSystem(t.Context(), key, &other); err != nil {
+	if err := storetest.SetSystem(t.Context(), s, key, &other); err != nil {
 		t.Fatal(err)
 	}
 	if _, ok := s.tails.session(key); ok {
@@ -215,7 +216,7 @@ func TestFactsReadRacingACommitIsNotKept(t *testing.T) {
 	s.tails.restated(key) // the record must be read again
 	gen := s.tails.factsGen()
 	sys := "new"
-	if err := s.SetSystem(t.Context(), key, &sys); err != nil {
+	if err := storetest.SetSystem(t.Context(), s, key, &sys); err != nil {
 		t.Fatal(err)
 	}
 	s.tails.sessionRead(gen, stale) // a read from before the SetSystem
@@ -223,7 +224,7 @@ func TestFactsReadRacingACommitIsNotKept(t *testing.T) {
 		t.Fatalf("GetSession = %+v, %v: a read that raced SetSystem was kept", got, err)
 	}
 	gen = s.tails.factsGen()
-	if _, _, err := s.PushSupplement(t.Context(), &store.Supplement{Owner: "o", SessionID: "ses_r", Text: "t"}); err != nil {
+	if _, _, err := storetest.PushSupplement(t.Context(), s, &store.Supplement{Owner: "o", SessionID: "ses_r", Text: "t"}); err != nil {
 		t.Fatal(err)
 	}
 	s.tails.pendingRead(gen, key, 0) // a count from before the push
@@ -237,7 +238,7 @@ func TestFactsReadRacingACommitIsNotKept(t *testing.T) {
 	tl.hist, tl.histBytes, tl.histKnown = nil, 0, false
 	s.tails.mu.Unlock()
 	gen = s.tails.factsGen()
-	if err := s.AppendHistory(t.Context(), key, store.Fence{}, []rein.Message{{Role: rein.RoleUser, Text: "new"}}); err != nil {
+	if err := storetest.AppendHistory(t.Context(), s, key, store.Fence{}, []rein.Message{{Role: rein.RoleUser, Text: "new"}}); err != nil {
 		t.Fatal(err)
 	}
 	s.tails.historyRead(gen, key, []string{}) // a history from before the append
@@ -256,7 +257,7 @@ func TestFactsAfterReopen(t *testing.T) {
 		t.Fatal(err)
 	}
 	key := tailSession(t, s, "ses_o")
-	if _, _, err := s.PushSupplement(t.Context(), &store.Supplement{Owner: "o", SessionID: "ses_o", Text: "t"}); err != nil {
+	if _, _, err := storetest.PushSupplement(t.Context(), s, &store.Supplement{Owner: "o", SessionID: "ses_o", Text: "t"}); err != nil {
 		t.Fatal(err)
 	}
 	s.Close()
@@ -277,11 +278,11 @@ func TestFactsAfterReopen(t *testing.T) {
 	if !sessKnown || !pendKnown || !histKnown {
 		t.Fatalf("after reads with no commit between, the tail knows the record %v, the inbox %v, the history %v", sessKnown, pendKnown, histKnown)
 	}
-	if err := s.AppendHistory(t.Context(), key, store.Fence{}, []rein.Message{{Role: rein.RoleUser, Text: "later"}}); err != nil {
+	if err := storetest.AppendHistory(t.Context(), s, key, store.Fence{}, []rein.Message{{Role: rein.RoleUser, Text: "later"}}); err != nil {
 		t.Fatal(err)
 	}
 	agree(t, s, key, true, "after a history append")
-	if _, _, err := s.PushSupplement(t.Context(), &store.Supplement{Owner: "o", SessionID: "ses_o", Text: "t2"}); err != nil {
+	if _, _, err := storetest.PushSupplement(t.Context(), s, &store.Supplement{Owner: "o", SessionID: "ses_o", Text: "t2"}); err != nil {
 		t.Fatal(err)
 	}
 	agree(t, s, key, true, "after a push")

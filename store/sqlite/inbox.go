@@ -28,26 +28,6 @@ func scanSupplement(key rein.SessionKey, sc interface{ Scan(...any) error }) (*s
 	return &out, nil
 }
 
-// PushSupplement implements store.Inbox. Durable on return, like every
-// write.
-func (s *Store) PushSupplement(ctx context.Context, in *store.Supplement) (*store.Supplement, bool, error) {
-	key := rein.SessionKey{Owner: in.Owner, ID: in.SessionID}
-	var out *store.Supplement
-	created := false
-	err := s.write(ctx, "pushing supplement", func(tx *wtx) error {
-		si, err := tx.session(key)
-		if err != nil {
-			return err
-		}
-		out, created, err = tx.pushSupplement(key, si, in)
-		return err
-	})
-	if err != nil {
-		return nil, false, err
-	}
-	return out, created, nil
-}
-
 // pushSupplement is the one implementation of a push, for PushSupplement
 // and Tx.PushSupplement.
 func (tx *wtx) pushSupplement(key rein.SessionKey, si *sessInfo, in *store.Supplement) (*store.Supplement, bool, error) {
@@ -75,31 +55,6 @@ func (tx *wtx) pushSupplement(key rein.SessionKey, si *sessInfo, in *store.Suppl
 	}
 	tx.op.inbox = append(tx.op.inbox, inboxRec{key, 1})
 	return &rec, true, nil
-}
-
-// ConsumeSupplements implements store.Inbox. Every write goes through the
-// one writer, so two consumers can never both see a supplement queued.
-func (s *Store) ConsumeSupplements(ctx context.Context, key rein.SessionKey, runID string, step int) ([]*store.Supplement, error) {
-	var out []*store.Supplement
-	err := s.write(ctx, "consuming supplements", func(tx *wtx) error {
-		si, err := tx.session(key)
-		if err != nil {
-			return err
-		}
-		if out, err = tx.queuedSupplements(key, si); err != nil {
-			return err
-		}
-		ids := make([]string, len(out))
-		for i, sup := range out {
-			ids[i] = sup.ID
-			sup.Status, sup.RunID, sup.Step, sup.ConsumedAt = store.SupplementConsumed, runID, step, tx.now
-		}
-		return tx.consumeSupplements(key, si, ids, runID, step)
-	})
-	if err != nil {
-		return nil, err
-	}
-	return out, nil
 }
 
 // queuedSupplements reads the session's queued supplements in push order
@@ -235,27 +190,6 @@ func scanConfirmation(key rein.SessionKey, sc interface{ Scan(...any) error }) (
 	return &out, nil
 }
 
-// CreateConfirmation implements store.Confirmations.
-func (s *Store) CreateConfirmation(ctx context.Context, c *store.Confirmation) error {
-	rec, err := prepareConfirmation(c)
-	if err != nil {
-		return err
-	}
-	key := rein.SessionKey{Owner: c.Owner, ID: c.SessionID}
-	err = s.write(ctx, "creating confirmation", func(tx *wtx) error {
-		si, err := tx.session(key)
-		if err != nil {
-			return err
-		}
-		return tx.createConfirmation(si, &rec)
-	})
-	if err != nil {
-		return err
-	}
-	*c = rec
-	return nil
-}
-
 // prepareConfirmation validates c and returns the pending record to store.
 func prepareConfirmation(c *store.Confirmation) (store.Confirmation, error) {
 	if c.ToolUseID == "" {
@@ -288,25 +222,6 @@ func (tx *wtx) createConfirmation(si *sessInfo, rec *store.Confirmation) error {
 	return err
 }
 
-// ResolveConfirmation implements store.Confirmations. The writer runs one
-// operation at a time, so of concurrent resolvers the first finds it
-// pending and every other finds it resolved.
-func (s *Store) ResolveConfirmation(ctx context.Context, key rein.SessionKey, toolUseID string, allow bool, denyMessage string) (*store.Confirmation, error) {
-	var out *store.Confirmation
-	err := s.write(ctx, "resolving confirmation", func(tx *wtx) error {
-		si, err := tx.session(key)
-		if err != nil {
-			return err
-		}
-		out, err = tx.resolveConfirmation(key, si, toolUseID, allow, denyMessage)
-		return err
-	})
-	if err != nil {
-		return nil, err
-	}
-	return out, nil
-}
-
 // resolveConfirmation is the one implementation of an answer, for
 // ResolveConfirmation and Tx.ResolveConfirmation.
 func (tx *wtx) resolveConfirmation(key rein.SessionKey, si *sessInfo, toolUseID string, allow bool, denyMessage string) (*store.Confirmation, error) {
@@ -330,17 +245,6 @@ func (tx *wtx) resolveConfirmation(key rein.SessionKey, si *sessInfo, toolUseID 
 		return nil, err
 	}
 	return c, nil
-}
-
-// CloseConfirmations implements store.Confirmations.
-func (s *Store) CloseConfirmations(ctx context.Context, key rein.SessionKey, runID string) error {
-	return s.write(ctx, "closing confirmations", func(tx *wtx) error {
-		si, err := tx.session(key)
-		if err != nil {
-			return err
-		}
-		return tx.closeConfirmations(si, runID)
-	})
 }
 
 // closeConfirmations is the one implementation of closing, for

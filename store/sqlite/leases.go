@@ -24,23 +24,6 @@ func scanLease(sc interface{ Scan(...any) error }) (*store.Lease, error) {
 	return &l, nil
 }
 
-// AcquireLease implements store.Leases.
-func (s *Store) AcquireLease(ctx context.Context, key rein.SessionKey, holder, runID string, ttl time.Duration) (*store.Lease, error) {
-	var out *store.Lease
-	err := s.write(ctx, "acquiring lease", func(tx *wtx) error {
-		si, err := tx.session(key)
-		if err != nil {
-			return err
-		}
-		out, err = tx.acquireLease(key, si, holder, runID, ttl)
-		return err
-	})
-	if err != nil {
-		return nil, err
-	}
-	return out, nil
-}
-
 // acquireLease is the one implementation of an acquisition, for
 // AcquireLease and Tx.AcquireLease. The token comes from the session row's
 // lease_token, which only grows and survives release and restart. A lease
@@ -128,20 +111,6 @@ func (s *Store) RenewLease(ctx context.Context, l *store.Lease, ttl time.Duratio
 	return out, nil
 }
 
-// ReleaseLease implements store.Leases.
-func (s *Store) ReleaseLease(ctx context.Context, l *store.Lease) error {
-	return s.write(ctx, "releasing lease", func(tx *wtx) error {
-		si, err := tx.session(l.Key())
-		if errors.Is(err, rein.ErrNotFound) {
-			return nil
-		}
-		if err != nil {
-			return err
-		}
-		return tx.releaseLease(si, l.Token)
-	})
-}
-
 // releaseLease is the one implementation of a release, for ReleaseLease
 // and Tx.ReleaseLease. The row goes; the token counter on the session
 // stays, so the next acquisition still gets a larger token.
@@ -163,11 +132,11 @@ func (tx *wtx) releaseLease(si *sessInfo, token int64) error {
 // to an earlier Store of this one, closed). Marking them expired at once,
 // rather than waiting out their TTL, lets the runs they held be taken over
 // and resumed right away; the rows and their tokens stay, so fencing
-// tokens keep growing and a lease is still what ListExpiredLeases and
-// recovery find.
+// tokens keep growing and a lease is still what GetLease and recovery
+// find.
 func expireLeases(ctx context.Context, conn *sql.Conn, now time.Time) error {
-	// One microsecond before now, so that the lease is expired both by
-	// AcquireLease's rule (not after now) and ListExpiredLeases' (before
+	// One microsecond before now, so that the lease is expired by
+	// AcquireLease's rule (not after now) and by any reader's (before
 	// now).
 	past := now.UnixMicro() - 1
 	_, err := conn.ExecContext(ctx, `UPDATE leases SET expires_at = ? WHERE expires_at > ?`, past, past)
@@ -198,31 +167,4 @@ func (s *Store) GetLease(ctx context.Context, key rein.SessionKey) (*store.Lease
 	}
 	l.ExpiresAt = time.UnixMicro(expires).UTC()
 	return settled(ctx, s, key, &l, nil)
-}
-
-// ListExpiredLeases implements store.Leases.
-func (s *Store) ListExpiredLeases(ctx context.Context, now time.Time) ([]*store.Lease, error) {
-	// Expired means ExpiresAt before now; ExpiresAt has whole
-	// microseconds, so compare against now rounded up to one.
-	cutoff := now.UnixMicro()
-	if now.Nanosecond()%1000 != 0 {
-		cutoff++
-	}
-	rows, err := s.rq.QueryContext(ctx, `SELECT `+leaseColumns+leaseFrom+`WHERE l.expires_at < ? ORDER BY l.expires_at`, cutoff)
-	if err != nil {
-		return nil, s.fail("listing expired leases", err)
-	}
-	defer rows.Close()
-	out := []*store.Lease{}
-	for rows.Next() {
-		l, err := scanLease(rows)
-		if err != nil {
-			return nil, s.fail("listing expired leases", err)
-		}
-		out = append(out, l)
-	}
-	if err := rows.Err(); err != nil {
-		return nil, s.fail("listing expired leases", err)
-	}
-	return out, nil
 }

@@ -10,6 +10,7 @@ import (
 
 	"github.com/reinhq/rein"
 	"github.com/reinhq/rein/store"
+	"github.com/reinhq/rein/store/storetest"
 )
 
 // cacheAgrees checks, inside the writer, that what the cache entry of key
@@ -115,11 +116,11 @@ func TestRunCacheFollowsWrites(t *testing.T) {
 		t.Fatal(err)
 	}
 	cacheAgrees(t, s, key, "after an admission")
-	if err := s.CreateRun(t.Context(), run("run_d", rein.StatusCreated, 5)); err != nil {
+	if err := storetest.CreateRun(t.Context(), s, run("run_d", rein.StatusCreated, 5)); err != nil {
 		t.Fatal(err)
 	}
 	cacheAgrees(t, s, key, "after CreateRun")
-	if _, err := s.UpdateRun(t.Context(), key, lease.Fence(), "run_b", store.RunUpdate{QueueOrder: ptr(int64(1))}); err != nil {
+	if _, err := storetest.UpdateRun(t.Context(), s, key, lease.Fence(), "run_b", store.RunUpdate{QueueOrder: ptr(int64(1))}); err != nil {
 		t.Fatal(err)
 	}
 	cacheAgrees(t, s, key, "after a new queue order")
@@ -228,11 +229,11 @@ func TestRunCacheAfterReopen(t *testing.T) {
 		t.Fatal(err)
 	}
 	key := tailSession(t, s, "ses_ro")
-	if _, err := s.AcquireLease(t.Context(), key, "inst", "run_1", time.Minute); err != nil {
+	if _, err := storetest.AcquireLease(t.Context(), s, key, "inst", "run_1", time.Minute); err != nil {
 		t.Fatal(err)
 	}
 	for i, st := range []rein.RunStatus{rein.StatusRunning, rein.StatusQueued, rein.StatusCompleted} {
-		if err := s.CreateRun(t.Context(), &store.RunRecord{Owner: "o", SessionID: "ses_ro", ID: fmt.Sprintf("run_%d", i+1), Status: st, QueueOrder: int64(10 - i)}); err != nil {
+		if err := storetest.CreateRun(t.Context(), s, &store.RunRecord{Owner: "o", SessionID: "ses_ro", ID: fmt.Sprintf("run_%d", i+1), Status: st, QueueOrder: int64(10 - i)}); err != nil {
 			t.Fatal(err)
 		}
 	}

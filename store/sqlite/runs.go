@@ -5,6 +5,7 @@ import (
 	"database/sql"
 	"errors"
 	"strings"
+	"time"
 
 	"github.com/reinhq/rein"
 	"github.com/reinhq/rein/store"
@@ -54,26 +55,6 @@ func scanRuns(rows *sql.Rows) ([]*store.RunRecord, error) {
 	return out, nil
 }
 
-// CreateRun implements store.Runs.
-func (s *Store) CreateRun(ctx context.Context, r *store.RunRecord) error {
-	rec, err := prepareRun(r)
-	if err != nil {
-		return err
-	}
-	err = s.write(ctx, "creating run", func(tx *wtx) error {
-		si, err := tx.session(r.Key())
-		if err != nil {
-			return err
-		}
-		return tx.createRun(si, &rec)
-	})
-	if err != nil {
-		return err
-	}
-	*r = rec
-	return nil
-}
-
 // prepareRun validates r and returns the record to store, its times
 // normalised.
 func prepareRun(r *store.RunRecord) (store.RunRecord, error) {
@@ -101,7 +82,7 @@ func (tx *wtx) createRun(si *sessInfo, rec *store.RunRecord) error {
 			instance, resumes, stop, rolled_back, input_tokens, output_tokens, created_at, started_at, ended_at)
 		VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`,
 		rec.ID, si.pk, string(rec.Status), string(rec.Reason), rec.Error, rec.Input, nullString(rec.ClientID), rec.QueueOrder,
-		micros(rec.Deadline), rec.Instance, rec.Resumes, rec.Stop, boolInt(rec.RolledBack),
+		micros(rec.Deadline), rec.Instance, rec.Resumes, string(rec.Stop), boolInt(rec.RolledBack),
 		rec.Usage.InputTokens, rec.Usage.OutputTokens,
 		micros(rec.CreatedAt), micros(rec.StartedAt), micros(rec.EndedAt))
 	if err == nil {
@@ -118,28 +99,6 @@ func (tx *wtx) createRun(si *sessInfo, rec *store.RunRecord) error {
 		}
 	}
 	return err
-}
-
-// UpdateRun implements store.Runs. The check for a terminal run and the
-// update happen in the writer, one operation after another, so the first
-// terminal update wins and every later one sees it.
-func (s *Store) UpdateRun(ctx context.Context, key rein.SessionKey, fence store.Fence, runID string, u store.RunUpdate) (*store.RunRecord, error) {
-	if err := checkRunUpdate(u); err != nil {
-		return nil, err
-	}
-	var out *store.RunRecord
-	err := s.write(ctx, "updating run", func(tx *wtx) error {
-		si, err := tx.fenced(key, fence)
-		if err != nil {
-			return err
-		}
-		out, err = tx.updateRun(si, runID, u)
-		return err
-	})
-	if err != nil && !(out != nil && errors.Is(err, rein.ErrConflict)) {
-		return nil, err
-	}
-	return out, err
 }
 
 func checkRunUpdate(u store.RunUpdate) error {
@@ -165,7 +124,7 @@ func (tx *wtx) updateRun(si *sessInfo, runID string, u store.RunUpdate) (*store.
 			resumes = ?, stop = ?, rolled_back = ?, input_tokens = ?, output_tokens = ?, started_at = ?, ended_at = ?
 		WHERE id = ?`,
 		string(rec.Status), string(rec.Reason), rec.Error, rec.QueueOrder, rec.Instance,
-		rec.Resumes, rec.Stop, boolInt(rec.RolledBack),
+		rec.Resumes, string(rec.Stop), boolInt(rec.RolledBack),
 		rec.Usage.InputTokens, rec.Usage.OutputTokens, micros(rec.StartedAt), micros(rec.EndedAt), runID)
 	if err != nil {
 		return nil, err
@@ -288,4 +247,13 @@ func (s *Store) ListRunsByStatus(ctx context.Context, statuses ...rein.RunStatus
 	}
 	marks := strings.Repeat(", ?", len(statuses))[2:]
 	return s.listRuns(ctx, `SELECT `+runColumns+runFrom+`WHERE r.status IN (`+marks+`) ORDER BY r.created_at, r.id`, args...)
+}
+
+// qEndedSince is ListEndedSince's query: a range of the runs_by_end index
+// (TestEndedSinceUsesIndex checks the plan).
+const qEndedSince = `SELECT ` + runColumns + runFrom + `WHERE r.ended_at >= ? ORDER BY r.ended_at, r.id`
+
+// ListEndedSince implements store.Runs.
+func (s *Store) ListEndedSince(ctx context.Context, since time.Time) ([]*store.RunRecord, error) {
+	return s.listRuns(ctx, qEndedSince, since.UnixMicro())
 }

@@ -239,25 +239,6 @@ func (s *Store) ListChildren(ctx context.Context, key rein.SessionKey) ([]*store
 		`SELECT `+sessionColumns+` FROM sessions WHERE owner = ? AND parent_id = ? ORDER BY created_at, pk`, key.Owner, key.ID)
 }
 
-// SetSystem implements store.Sessions.
-func (s *Store) SetSystem(ctx context.Context, key rein.SessionKey, system *string) error {
-	var v sql.NullString
-	if system != nil {
-		v = sql.NullString{String: *system, Valid: true}
-	}
-	return s.write(ctx, "setting system prompt", func(tx *wtx) error {
-		si, err := tx.session(key)
-		if err != nil {
-			return err
-		}
-		if _, err = tx.exec(`UPDATE sessions SET system = ? WHERE pk = ?`, v, si.pk); err != nil {
-			return err
-		}
-		tx.op.restated = append(tx.op.restated, key)
-		return nil
-	})
-}
-
 const qReadPK = `SELECT pk, coalesce((SELECT max(seq) FROM events WHERE session_pk = sessions.pk), 0)
 		FROM sessions WHERE owner = ? AND id = ?`
 

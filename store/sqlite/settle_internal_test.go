@@ -11,6 +11,7 @@ import (
 
 	"github.com/reinhq/rein"
 	"github.com/reinhq/rein/store"
+	"github.com/reinhq/rein/store/storetest"
 )
 
 // A run's end is one commit: its terminal record and its
@@ -24,7 +25,7 @@ func TestReadOfTheDatabaseSettlesOnTheTails(t *testing.T) {
 	key := tailSession(t, s, "ses_settle")
 	ctx := t.Context()
 	run := &store.RunRecord{Owner: "o", SessionID: "ses_settle", ID: "run_s", Status: rein.StatusRunning, Input: "x", Deadline: time.Now().Add(time.Hour)}
-	if err := s.CreateRun(ctx, run); err != nil {
+	if err := storetest.CreateRun(ctx, s, run); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := s.AppendEvents(ctx, key, store.Fence{}, []rein.Event{rein.NewEvent(rein.EventRunStarted, "run_s", rein.RunStartedPayload{RunID: "run_s"})}); err != nil {

@@ -216,13 +216,13 @@ func TestReopenKeepsEverything(t *testing.T) {
 	sys := "persona"
 	must(t, s.CreateSession(ctx, &store.Session{Owner: key.Owner, ID: key.ID, System: &sys,
 		Subagent: &store.SubagentDescriptor{Agent: "a", Label: "l", Depth: 1}}))
-	lease, err := s.AcquireLease(ctx, key, "inst", "run_1", time.Minute)
+	lease, err := storetest.AcquireLease(ctx, s, key, "inst", "run_1", time.Minute)
 	must(t, err)
 	_, err = s.AppendEvents(ctx, key, lease.Fence(), []rein.Event{{Type: rein.EventRunStarted, RunID: "run_1", Payload: []byte(`{"run_id":"run_1"}`)}})
 	must(t, err)
-	must(t, s.AppendHistory(ctx, key, lease.Fence(), []rein.Message{{Role: rein.RoleUser, Text: "hi"}}))
-	must(t, s.CreateRun(ctx, &store.RunRecord{Owner: key.Owner, SessionID: key.ID, ID: "run_2", Status: rein.StatusQueued, ClientID: "c"}))
-	_, _, err = s.PushSupplement(ctx, &store.Supplement{Owner: key.Owner, SessionID: key.ID, ID: "n1", Text: "note"})
+	must(t, storetest.AppendHistory(ctx, s, key, lease.Fence(), []rein.Message{{Role: rein.RoleUser, Text: "hi"}}))
+	must(t, storetest.CreateRun(ctx, s, &store.RunRecord{Owner: key.Owner, SessionID: key.ID, ID: "run_2", Status: rein.StatusQueued, ClientID: "c"}))
+	_, _, err = storetest.PushSupplement(ctx, s, &store.Supplement{Owner: key.Owner, SessionID: key.ID, ID: "n1", Text: "note"})
 	must(t, err)
 	must(t, s.Close())
 
@@ -247,8 +247,8 @@ func TestReopenKeepsEverything(t *testing.T) {
 	// The lease is still current after the restart, so its fence holds.
 	_, err = s.AppendEvents(ctx, key, lease.Fence(), []rein.Event{{Type: rein.EventMessageDelta, RunID: "run_1"}})
 	must(t, err)
-	must(t, s.ReleaseLease(ctx, lease))
-	next, err := s.AcquireLease(ctx, key, "inst", "run_2", time.Minute)
+	must(t, storetest.ReleaseLease(ctx, s, lease))
+	next, err := storetest.AcquireLease(ctx, s, key, "inst", "run_2", time.Minute)
 	must(t, err)
 	if next.Token <= lease.Token {
 		t.Fatalf("token after restart %d <= %d", next.Token, lease.Token)

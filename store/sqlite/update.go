@@ -2,6 +2,7 @@ package sqlite
 
 import (
 	"context"
+	"database/sql"
 	"errors"
 	"fmt"
 	"sync/atomic"
@@ -125,6 +126,23 @@ func (t *sqlTx) mine(owner, sessionID, what string) error {
 // decides (and lease expiry) uses.
 func (t *sqlTx) Now() time.Time { return t.w.now }
 
+// SetSystem implements store.Tx. The session's cached record is dropped
+// once the operation commits (restated), never before.
+func (t *sqlTx) SetSystem(system *string) error {
+	if err := t.begin(); err != nil {
+		return err
+	}
+	var v sql.NullString
+	if system != nil {
+		v = sql.NullString{String: *system, Valid: true}
+	}
+	if _, err := t.w.exec(`UPDATE sessions SET system = ? WHERE pk = ?`, v, t.si.pk); err != nil {
+		return t.end("setting system prompt", err)
+	}
+	t.w.op.restated = append(t.w.op.restated, t.key)
+	return nil
+}
+
 // Lease implements store.Tx.
 func (t *sqlTx) Lease() (*store.Lease, error) {
 	if err := t.begin(); err != nil {
@@ -209,8 +227,8 @@ func (t *sqlTx) CreateRun(r *store.RunRecord) error {
 	return nil
 }
 
-// UpdateRun implements store.Tx. Like Runs.UpdateRun it returns the
-// stored record with the conflict of a terminal run.
+// UpdateRun implements store.Tx. It returns the stored record with the
+// conflict of a terminal run.
 func (t *sqlTx) UpdateRun(runID string, u store.RunUpdate) (*store.RunRecord, error) {
 	if err := t.begin(); err != nil {
 		return nil, err

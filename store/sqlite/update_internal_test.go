@@ -8,6 +8,7 @@ import (
 
 	"github.com/reinhq/rein"
 	"github.com/reinhq/rein/store"
+	"github.com/reinhq/rein/store/storetest"
 )
 
 func openTemp(t *testing.T) *Store {
@@ -61,7 +62,7 @@ func TestFailedUpdateInBatchLeavesCacheAsCommitted(t *testing.T) {
 	if err := s.CreateSession(t.Context(), &store.Session{Owner: key.Owner, ID: key.ID}); err != nil {
 		t.Fatal(err)
 	}
-	l, err := s.AcquireLease(t.Context(), key, "inst", "run_1", time.Hour)
+	l, err := storetest.AcquireLease(t.Context(), s, key, "inst", "run_1", time.Hour)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -93,7 +94,7 @@ func TestFailedUpdateInBatchLeavesCacheAsCommitted(t *testing.T) {
 	}
 	wantSeqs(t, s, key, 1)
 	// The history length and the lease token in the cache went back too.
-	if err := s.AppendHistory(t.Context(), key, l.Fence(), []rein.Message{{Role: rein.RoleUser, Text: "kept"}}); err != nil {
+	if err := storetest.AppendHistory(t.Context(), s, key, l.Fence(), []rein.Message{{Role: rein.RoleUser, Text: "kept"}}); err != nil {
 		t.Fatalf("AppendHistory with the lease the failed Update released: %v", err)
 	}
 	hist, err := s.LoadHistory(t.Context(), key)

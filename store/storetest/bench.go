@@ -122,3 +122,50 @@ func BenchmarkReplay(b *testing.B, open Opener, events, page int) {
 	}
 	b.ReportMetric(float64(events)*float64(b.N)/time.Since(start).Seconds(), "events/s")
 }
+
+// BenchmarkEndedSince measures ListEndedSince for the 10 runs ended in the
+// last minute, over a store that also holds old ended runs (in one
+// session, written in Updates of 500). Run it with two values of old: its
+// time per call should not follow old (Runs.ListEndedSince). settle, if
+// set, is called once the old runs are stored, before the recent ones: a
+// database backend refreshes its planner statistics there, as a store
+// that has lived a while has them (the recent ends are newer than them).
+func BenchmarkEndedSince(b *testing.B, open Opener, old int, settle func(store.Store)) {
+	clock := NewClock(suiteStart)
+	s := open(b, clock.Clock())
+	ctx := context.Background()
+	sess := &store.Session{Owner: "bench", ID: "ses_bench_ended"}
+	if err := s.CreateSession(ctx, sess); err != nil {
+		b.Fatal(err)
+	}
+	end := func(from, n int, at time.Time) {
+		for lo := from; lo < from+n; lo += 500 {
+			err := s.Update(ctx, sess.Key(), store.Fence{}, func(tx store.Tx) error {
+				for i := lo; i < min(lo+500, from+n); i++ {
+					err := tx.CreateRun(&store.RunRecord{Owner: sess.Owner, SessionID: sess.ID, ID: fmt.Sprintf("run_%07d", i),
+						Status: rein.StatusCompleted, Reason: rein.ReasonStop, EndedAt: at})
+					if err != nil {
+						return err
+					}
+				}
+				return nil
+			})
+			if err != nil {
+				b.Fatal(err)
+			}
+		}
+	}
+	end(0, old, clock.Now().Add(-48*time.Hour))
+	if settle != nil {
+		settle(s)
+	}
+	since := clock.Now().Add(-time.Minute)
+	end(old, 10, clock.Now())
+	b.ResetTimer()
+	for range b.N {
+		runs, err := s.ListEndedSince(ctx, since)
+		if err != nil || len(runs) != 10 {
+			b.Fatalf("ListEndedSince = %d runs, %v; want 10", len(runs), err)
+		}
+	}
+}

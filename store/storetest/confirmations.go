@@ -49,7 +49,7 @@ func wantConfirmation(t *T, got, want *store.Confirmation) {
 func testConfirmationCreate(t *T) {
 	key := t.newSession("alice")
 	in := confirmation(key, "run_1", "call_1")
-	must(t, t.S.CreateConfirmation(t.Ctx, in), "CreateConfirmation")
+	must(t, t.createConfirmation(in), "CreateConfirmation")
 	want := *confirmation(key, "run_1", "call_1")
 	want.State, want.CreatedAt = store.ConfirmationPending, t.now()
 	got, err := t.S.GetConfirmation(t.Ctx, key, "call_1")
@@ -59,7 +59,7 @@ func testConfirmationCreate(t *T) {
 	// The model's input may be invalid JSON; it is kept as is.
 	bad := confirmation(key, "run_1", "call_bad")
 	bad.Input = json.RawMessage(`{"text": "unterminated`)
-	must(t, t.S.CreateConfirmation(t.Ctx, bad), "CreateConfirmation with invalid input")
+	must(t, t.createConfirmation(bad), "CreateConfirmation with invalid input")
 	got, err = t.S.GetConfirmation(t.Ctx, key, "call_bad")
 	must(t, err, "GetConfirmation")
 	if !bytes.Equal(got.Input, bad.Input) {
@@ -67,27 +67,27 @@ func testConfirmationCreate(t *T) {
 	}
 
 	dup := confirmation(key, "run_2", "call_1")
-	wantErr(t, t.S.CreateConfirmation(t.Ctx, dup), rein.ErrConflict, "CreateConfirmation with a taken tool use id")
+	wantErr(t, t.createConfirmation(dup), rein.ErrConflict, "CreateConfirmation with a taken tool use id")
 	got, err = t.S.GetConfirmation(t.Ctx, key, "call_1")
 	must(t, err, "GetConfirmation")
 	wantConfirmation(t, got, &want)
 	// The same tool use id in another session is another confirmation.
-	must(t, t.S.CreateConfirmation(t.Ctx, confirmation(t.newSession("alice"), "run_3", "call_1")), "CreateConfirmation elsewhere")
+	must(t, t.createConfirmation(confirmation(t.newSession("alice"), "run_3", "call_1")), "CreateConfirmation elsewhere")
 
 	_, err = t.S.GetConfirmation(t.Ctx, key, "call_none")
 	wantErr(t, err, rein.ErrNotFound, "GetConfirmation of an unknown id")
-	err = t.S.CreateConfirmation(t.Ctx, confirmation(rein.SessionKey{Owner: "alice", ID: "ses_never"}, "run_1", "call_9"))
+	err = t.createConfirmation(confirmation(rein.SessionKey{Owner: "alice", ID: "ses_never"}, "run_1", "call_9"))
 	wantErr(t, err, rein.ErrNotFound, "CreateConfirmation in a missing session")
 }
 
 func testConfirmationResolve(t *T) {
 	key := t.newSession("alice")
-	must(t, t.S.CreateConfirmation(t.Ctx, confirmation(key, "run_1", "call_yes")), "CreateConfirmation")
-	must(t, t.S.CreateConfirmation(t.Ctx, confirmation(key, "run_1", "call_no")), "CreateConfirmation")
+	must(t, t.createConfirmation(confirmation(key, "run_1", "call_yes")), "CreateConfirmation")
+	must(t, t.createConfirmation(confirmation(key, "run_1", "call_no")), "CreateConfirmation")
 	created := t.now()
 	t.Clock.Advance(time.Second)
 
-	got, err := t.S.ResolveConfirmation(t.Ctx, key, "call_yes", true, "ignored when allowed")
+	got, err := t.resolveConfirmation(key, "call_yes", true, "ignored when allowed")
 	must(t, err, "ResolveConfirmation(allow)")
 	want := *confirmation(key, "run_1", "call_yes")
 	want.State, want.CreatedAt, want.ResolvedAt = store.ConfirmationAllowed, created, t.now()
@@ -96,7 +96,7 @@ func testConfirmationResolve(t *T) {
 	must(t, err, "GetConfirmation")
 	wantConfirmation(t, stored, &want)
 
-	got, err = t.S.ResolveConfirmation(t.Ctx, key, "call_no", false, "not now ✗")
+	got, err = t.resolveConfirmation(key, "call_no", false, "not now ✗")
 	must(t, err, "ResolveConfirmation(deny)")
 	want = *confirmation(key, "run_1", "call_no")
 	want.State, want.DenyMessage, want.CreatedAt, want.ResolvedAt = store.ConfirmationDenied, "not now ✗", created, t.now()
@@ -105,18 +105,18 @@ func testConfirmationResolve(t *T) {
 	must(t, err, "GetConfirmation")
 	wantConfirmation(t, stored, &want)
 
-	_, err = t.S.ResolveConfirmation(t.Ctx, key, "call_none", true, "")
+	_, err = t.resolveConfirmation(key, "call_none", true, "")
 	wantErr(t, err, rein.ErrNotFound, "ResolveConfirmation of an unknown id")
 }
 
 func testConfirmationResolveOnce(t *T) {
 	key := t.newSession("alice")
-	must(t, t.S.CreateConfirmation(t.Ctx, confirmation(key, "run_1", "call_1")), "CreateConfirmation")
-	first, err := t.S.ResolveConfirmation(t.Ctx, key, "call_1", false, "no")
+	must(t, t.createConfirmation(confirmation(key, "run_1", "call_1")), "CreateConfirmation")
+	first, err := t.resolveConfirmation(key, "call_1", false, "no")
 	must(t, err, "ResolveConfirmation")
 	t.Clock.Advance(time.Second)
 	for _, allow := range []bool{true, false} {
-		_, err := t.S.ResolveConfirmation(t.Ctx, key, "call_1", allow, "changed my mind")
+		_, err := t.resolveConfirmation(key, "call_1", allow, "changed my mind")
 		wantErr(t, err, rein.ErrConflict, "second ResolveConfirmation")
 	}
 	stored, err := t.S.GetConfirmation(t.Ctx, key, "call_1")
@@ -126,12 +126,12 @@ func testConfirmationResolveOnce(t *T) {
 
 func testConfirmationConcurrent(t *T) {
 	key := t.newSession("alice")
-	must(t, t.S.CreateConfirmation(t.Ctx, confirmation(key, "run_1", "call_1")), "CreateConfirmation")
+	must(t, t.createConfirmation(confirmation(key, "run_1", "call_1")), "CreateConfirmation")
 	const n = 16
 	results := make([]*store.Confirmation, n)
 	errs := make([]error, n)
 	parallel(n, func(i int) {
-		results[i], errs[i] = t.S.ResolveConfirmation(t.Ctx, key, "call_1", i%2 == 0, fmt.Sprintf("resolver %d", i))
+		results[i], errs[i] = t.resolveConfirmation(key, "call_1", i%2 == 0, fmt.Sprintf("resolver %d", i))
 	})
 	winner := -1
 	for i, err := range errs {
@@ -156,14 +156,14 @@ func testConfirmationConcurrent(t *T) {
 func testConfirmationClose(t *T) {
 	key := t.newSession("alice")
 	for _, c := range []struct{ run, id string }{{"run_1", "a"}, {"run_1", "b"}, {"run_1", "c"}, {"run_2", "d"}} {
-		must(t, t.S.CreateConfirmation(t.Ctx, confirmation(key, c.run, c.id)), "CreateConfirmation")
+		must(t, t.createConfirmation(confirmation(key, c.run, c.id)), "CreateConfirmation")
 	}
 	other := t.newSession("alice")
-	must(t, t.S.CreateConfirmation(t.Ctx, confirmation(other, "run_1", "e")), "CreateConfirmation elsewhere")
-	_, err := t.S.ResolveConfirmation(t.Ctx, key, "b", true, "")
+	must(t, t.createConfirmation(confirmation(other, "run_1", "e")), "CreateConfirmation elsewhere")
+	_, err := t.resolveConfirmation(key, "b", true, "")
 	must(t, err, "ResolveConfirmation")
 	t.Clock.Advance(time.Second)
-	must(t, t.S.CloseConfirmations(t.Ctx, key, "run_1"), "CloseConfirmations")
+	must(t, t.closeConfirmations(key, "run_1"), "CloseConfirmations")
 	want := map[string]store.ConfirmationState{
 		"a": store.ConfirmationClosed, "b": store.ConfirmationAllowed, "c": store.ConfirmationClosed, "d": store.ConfirmationPending,
 	}
@@ -182,9 +182,9 @@ func testConfirmationClose(t *T) {
 	if got.State != store.ConfirmationPending {
 		t.Fatalf("closing run_1 in one session closed a confirmation in another: %s", got.State)
 	}
-	_, err = t.S.ResolveConfirmation(t.Ctx, key, "a", true, "")
+	_, err = t.resolveConfirmation(key, "a", true, "")
 	wantErr(t, err, rein.ErrConflict, "ResolveConfirmation after its run ended")
-	must(t, t.S.CloseConfirmations(t.Ctx, key, "run_none"), "CloseConfirmations of a run without any")
+	must(t, t.closeConfirmations(key, "run_none"), "CloseConfirmations of a run without any")
 }
 
 func testConfirmationList(t *T) {
@@ -196,9 +196,9 @@ func testConfirmationList(t *T) {
 	}
 	for _, id := range []string{"z", "a", "m"} {
 		t.Clock.Advance(time.Millisecond)
-		must(t, t.S.CreateConfirmation(t.Ctx, confirmation(key, "run_1", id)), "CreateConfirmation")
+		must(t, t.createConfirmation(confirmation(key, "run_1", id)), "CreateConfirmation")
 	}
-	_, err = t.S.ResolveConfirmation(t.Ctx, key, "a", false, "")
+	_, err = t.resolveConfirmation(key, "a", false, "")
 	must(t, err, "ResolveConfirmation")
 	ids := func(list []*store.Confirmation) []string {
 		out := []string{}
@@ -226,15 +226,15 @@ func testConfirmationList(t *T) {
 
 func testConfirmationOtherOwner(t *T) {
 	key := t.newSession("alice")
-	must(t, t.S.CreateConfirmation(t.Ctx, confirmation(key, "run_1", "call_1")), "CreateConfirmation")
+	must(t, t.createConfirmation(confirmation(key, "run_1", "call_1")), "CreateConfirmation")
 	intruder := otherOwner(key)
 	_, err := t.S.GetConfirmation(t.Ctx, intruder, "call_1")
 	wantErr(t, err, rein.ErrNotFound, "GetConfirmation as another owner")
-	_, err = t.S.ResolveConfirmation(t.Ctx, intruder, "call_1", true, "")
+	_, err = t.resolveConfirmation(intruder, "call_1", true, "")
 	wantErr(t, err, rein.ErrNotFound, "ResolveConfirmation as another owner")
-	err = t.S.CreateConfirmation(t.Ctx, confirmation(intruder, "run_1", "call_2"))
+	err = t.createConfirmation(confirmation(intruder, "run_1", "call_2"))
 	wantErr(t, err, rein.ErrNotFound, "CreateConfirmation as another owner")
-	if err := t.S.CloseConfirmations(t.Ctx, intruder, "run_1"); err != nil {
+	if err := t.closeConfirmations(intruder, "run_1"); err != nil {
 		wantErr(t, err, rein.ErrNotFound, "CloseConfirmations as another owner")
 	}
 	list, err := t.S.ListConfirmations(t.Ctx, intruder, "")

@@ -72,23 +72,39 @@ func fill(tb testing.TB, s store.Store, key rein.SessionKey) {
 	_, err := s.AppendEvents(ctx, key, store.Fence{}, []rein.Event{
 		ev(rein.EventUserMessage, done, `{"text":"hi"}`), ev(rein.EventRunCompleted, done, `{}`)})
 	ok(err, "AppendEvents")
-	ok(s.AppendHistory(ctx, key, store.Fence{}, transcript()), "AppendHistory")
-	ok(s.CreateRun(ctx, &store.RunRecord{Owner: key.Owner, SessionID: key.ID, ID: done, Status: rein.StatusCompleted,
-		Reason: rein.ReasonStop, ClientID: "client-1", Input: "hi"}), "CreateRun")
-	ok(s.CreateRun(ctx, &store.RunRecord{Owner: key.Owner, SessionID: key.ID, ID: queued, Status: rein.StatusQueued,
-		ClientID: "client-2", Input: "next"}), "CreateRun")
-	_, _, err = s.PushSupplement(ctx, sup(key, "sup_consumed", "seen"))
-	ok(err, "PushSupplement")
-	_, err = s.ConsumeSupplements(ctx, key, done, 1)
-	ok(err, "ConsumeSupplements")
-	_, _, err = s.PushSupplement(ctx, sup(key, "sup_queued", "unseen"))
-	ok(err, "PushSupplement")
-	ok(s.CreateConfirmation(ctx, confirmation(key, done, "call_answered")), "CreateConfirmation")
-	_, err = s.ResolveConfirmation(ctx, key, "call_answered", true, "")
-	ok(err, "ResolveConfirmation")
-	ok(s.CreateConfirmation(ctx, confirmation(key, queued, "call_pending")), "CreateConfirmation")
-	_, err = s.AcquireLease(ctx, key, "inst-a", queued, time.Hour)
-	ok(err, "AcquireLease")
+	ok(s.Update(ctx, key, store.Fence{}, func(tx store.Tx) error {
+		if err := tx.AppendHistory(transcript()...); err != nil {
+			return err
+		}
+		if err := tx.CreateRun(&store.RunRecord{Owner: key.Owner, SessionID: key.ID, ID: done, Status: rein.StatusCompleted,
+			Reason: rein.ReasonStop, ClientID: "client-1", Input: "hi"}); err != nil {
+			return err
+		}
+		if err := tx.CreateRun(&store.RunRecord{Owner: key.Owner, SessionID: key.ID, ID: queued, Status: rein.StatusQueued,
+			ClientID: "client-2", Input: "next"}); err != nil {
+			return err
+		}
+		if _, _, err := tx.PushSupplement(sup(key, "sup_consumed", "seen")); err != nil {
+			return err
+		}
+		if err := tx.ConsumeSupplements([]string{"sup_consumed"}, done, 1); err != nil {
+			return err
+		}
+		if _, _, err := tx.PushSupplement(sup(key, "sup_queued", "unseen")); err != nil {
+			return err
+		}
+		if err := tx.CreateConfirmation(confirmation(key, done, "call_answered")); err != nil {
+			return err
+		}
+		if _, err := tx.ResolveConfirmation("call_answered", true, ""); err != nil {
+			return err
+		}
+		if err := tx.CreateConfirmation(confirmation(key, queued, "call_pending")); err != nil {
+			return err
+		}
+		_, err := tx.AcquireLease("inst-a", queued, time.Hour)
+		return err
+	}), "Update filling the session")
 }
 
 // wantGone fails unless every read of key answers not found.
@@ -148,11 +164,8 @@ func testDeleteTree(t *T) {
 			t.Fatalf("ListRunsByStatus still lists run %s of deleted session %s", r.ID, r.SessionID)
 		}
 	}
-	t.Clock.Advance(2 * time.Hour)
-	expired, err := t.S.ListExpiredLeases(t.Ctx, t.Clock.Now())
-	must(t, err, "ListExpiredLeases")
-	if len(expired) != 1 || expired[0].SessionID != survivor.ID {
-		t.Fatalf("ListExpiredLeases after the deletion = %+v, want only the survivor's", expired)
+	if l, err := t.S.GetLease(t.Ctx, survivor); err != nil || l.RunID != "run_queued_"+survivor.ID {
+		t.Fatalf("the survivor's lease after the deletion = %+v, %v", l, err)
 	}
 	t.wantSnapshot(t.snapshot(survivor, "sup_consumed", "sup_queued"), before, "deleting another tree")
 }
@@ -160,7 +173,7 @@ func testDeleteTree(t *T) {
 func testDeleteCheckSees(t *T) {
 	tree, _ := FillTree(t, t.S)
 	// The child gets a running run too, and the grandchild a newer event.
-	must(t, t.S.CreateRun(t.Ctx, &store.RunRecord{Owner: "alice", SessionID: tree[1].ID, ID: "run_running",
+	must(t, t.createRun(&store.RunRecord{Owner: "alice", SessionID: tree[1].ID, ID: "run_running",
 		Status: rein.StatusRunning, QueueOrder: -5}), "CreateRun")
 	created := t.now()
 	t.Clock.Advance(time.Minute)
@@ -311,9 +324,9 @@ func testDeleteRecreate(t *T) {
 	_, err = t.S.GetRunByClientID(t.Ctx, again.Key(), "client-1")
 	wantErr(t, err, rein.ErrNotFound, "the deleted session's client id in the new one")
 	// The deleted runs' ids are free again.
-	must(t, t.S.CreateRun(t.Ctx, &store.RunRecord{Owner: "alice", SessionID: again.ID, ID: "run_done_ses_root",
+	must(t, t.createRun(&store.RunRecord{Owner: "alice", SessionID: again.ID, ID: "run_done_ses_root",
 		Status: rein.StatusQueued, ClientID: "client-1"}), "CreateRun reusing a deleted run id and client id")
-	l, err := t.S.AcquireLease(t.Ctx, again.Key(), "inst-b", "run_done_ses_root", time.Minute)
+	l, err := t.acquireLease(again.Key(), "inst-b", "run_done_ses_root", time.Minute)
 	must(t, err, "AcquireLease on the re-created session")
 	if l.Token <= 0 {
 		t.Fatalf("lease token %d", l.Token)

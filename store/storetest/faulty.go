@@ -115,16 +115,6 @@ func (f *Faulty) CreateSession(ctx context.Context, s *store.Session) error {
 	return f.write(func() error { return f.Store.CreateSession(ctx, s) })
 }
 
-// SetSystem implements store.Sessions.
-func (f *Faulty) SetSystem(ctx context.Context, key rein.SessionKey, system *string) error {
-	return f.write(func() error { return f.Store.SetSystem(ctx, key, system) })
-}
-
-// AppendHistory implements store.History.
-func (f *Faulty) AppendHistory(ctx context.Context, key rein.SessionKey, fence store.Fence, msgs []rein.Message) error {
-	return f.write(func() error { return f.Store.AppendHistory(ctx, key, fence, msgs) })
-}
-
 // AppendEvents implements store.EventLog.
 func (f *Faulty) AppendEvents(ctx context.Context, key rein.SessionKey, fence store.Fence, evs []rein.Event) ([]rein.Event, error) {
 	var out []rein.Event
@@ -139,77 +129,6 @@ func (f *Faulty) AppendEvents(ctx context.Context, key rein.SessionKey, fence st
 	return out, nil
 }
 
-// CreateRun implements store.Runs.
-func (f *Faulty) CreateRun(ctx context.Context, r *store.RunRecord) error {
-	return f.write(func() error { return f.Store.CreateRun(ctx, r) })
-}
-
-// UpdateRun implements store.Runs.
-func (f *Faulty) UpdateRun(ctx context.Context, key rein.SessionKey, fence store.Fence, runID string, u store.RunUpdate) (*store.RunRecord, error) {
-	var out *store.RunRecord
-	err := f.write(func() error {
-		var err error
-		out, err = f.Store.UpdateRun(ctx, key, fence, runID, u)
-		return err
-	})
-	return out, err
-}
-
-// PushSupplement implements store.Inbox.
-func (f *Faulty) PushSupplement(ctx context.Context, s *store.Supplement) (*store.Supplement, bool, error) {
-	var out *store.Supplement
-	var created bool
-	err := f.write(func() error {
-		var err error
-		out, created, err = f.Store.PushSupplement(ctx, s)
-		return err
-	})
-	return out, created, err
-}
-
-// ConsumeSupplements implements store.Inbox.
-func (f *Faulty) ConsumeSupplements(ctx context.Context, key rein.SessionKey, runID string, step int) ([]*store.Supplement, error) {
-	var out []*store.Supplement
-	err := f.write(func() error {
-		var err error
-		out, err = f.Store.ConsumeSupplements(ctx, key, runID, step)
-		return err
-	})
-	return out, err
-}
-
-// CreateConfirmation implements store.Confirmations.
-func (f *Faulty) CreateConfirmation(ctx context.Context, c *store.Confirmation) error {
-	return f.write(func() error { return f.Store.CreateConfirmation(ctx, c) })
-}
-
-// ResolveConfirmation implements store.Confirmations.
-func (f *Faulty) ResolveConfirmation(ctx context.Context, key rein.SessionKey, toolUseID string, allow bool, denyMessage string) (*store.Confirmation, error) {
-	var out *store.Confirmation
-	err := f.write(func() error {
-		var err error
-		out, err = f.Store.ResolveConfirmation(ctx, key, toolUseID, allow, denyMessage)
-		return err
-	})
-	return out, err
-}
-
-// CloseConfirmations implements store.Confirmations.
-func (f *Faulty) CloseConfirmations(ctx context.Context, key rein.SessionKey, runID string) error {
-	return f.write(func() error { return f.Store.CloseConfirmations(ctx, key, runID) })
-}
-
-// AcquireLease implements store.Leases.
-func (f *Faulty) AcquireLease(ctx context.Context, key rein.SessionKey, holder, runID string, ttl time.Duration) (*store.Lease, error) {
-	var out *store.Lease
-	err := f.write(func() error {
-		var err error
-		out, err = f.Store.AcquireLease(ctx, key, holder, runID, ttl)
-		return err
-	})
-	return out, err
-}
-
 // RenewLease implements store.Leases.
 func (f *Faulty) RenewLease(ctx context.Context, l *store.Lease, ttl time.Duration) (*store.Lease, error) {
 	var out *store.Lease
@@ -219,11 +138,6 @@ func (f *Faulty) RenewLease(ctx context.Context, l *store.Lease, ttl time.Durati
 		return err
 	})
 	return out, err
-}
-
-// ReleaseLease implements store.Leases.
-func (f *Faulty) ReleaseLease(ctx context.Context, l *store.Lease) error {
-	return f.write(func() error { return f.Store.ReleaseLease(ctx, l) })
 }
 
 // DeleteSession implements store.Deleter.

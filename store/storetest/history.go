@@ -83,9 +83,9 @@ func sameMessage(got, want rein.Message) error {
 func testHistoryRoundTrip(t *T) {
 	key := t.newSession("alice")
 	msgs := transcript()
-	must(t, t.S.AppendHistory(t.Ctx, key, store.Fence{}, msgs[:3]), "AppendHistory(first part)")
-	must(t, t.S.AppendHistory(t.Ctx, key, store.Fence{}, msgs[3:]), "AppendHistory(rest)")
-	must(t, t.S.AppendHistory(t.Ctx, key, store.Fence{}, nil), "AppendHistory(nothing)")
+	must(t, t.appendHistory(key, store.Fence{}, msgs[:3]), "AppendHistory(first part)")
+	must(t, t.appendHistory(key, store.Fence{}, msgs[3:]), "AppendHistory(rest)")
+	must(t, t.appendHistory(key, store.Fence{}, nil), "AppendHistory(nothing)")
 	got, err := t.S.LoadHistory(t.Ctx, key)
 	must(t, err, "LoadHistory")
 	wantMessages(t, got, msgs)
@@ -102,11 +102,11 @@ func testHistoryEmpty(t *T) {
 
 func testHistoryOtherOwner(t *T) {
 	key := t.newSession("alice")
-	must(t, t.S.AppendHistory(t.Ctx, key, store.Fence{}, transcript()[:1]), "AppendHistory")
+	must(t, t.appendHistory(key, store.Fence{}, transcript()[:1]), "AppendHistory")
 	intruder := otherOwner(key)
 	_, err := t.S.LoadHistory(t.Ctx, intruder)
 	wantErr(t, err, rein.ErrNotFound, "LoadHistory as another owner")
-	err = t.S.AppendHistory(t.Ctx, intruder, store.Fence{}, transcript()[:1])
+	err = t.appendHistory(intruder, store.Fence{}, transcript()[:1])
 	wantErr(t, err, rein.ErrNotFound, "AppendHistory as another owner")
 	_, err = t.S.LoadHistory(t.Ctx, rein.SessionKey{Owner: "alice", ID: "ses_never"})
 	wantErr(t, err, rein.ErrNotFound, "LoadHistory of a missing session")
@@ -129,7 +129,7 @@ func testHistoryConcurrentBatches(t *T) {
 			for i := range msgs {
 				msgs[i] = rein.Message{Role: rein.RoleUser, Text: fmt.Sprintf("w%d b%d m%d", w, b, i), Step: b}
 			}
-			if err := t.S.AppendHistory(t.Ctx, key, store.Fence{}, msgs); err != nil {
+			if err := t.appendHistory(key, store.Fence{}, msgs); err != nil {
 				errs <- err
 			}
 		}
@@ -164,7 +164,7 @@ func testHistoryConcurrentBatches(t *T) {
 func testHistoryCopies(t *T) {
 	key := t.newSession("alice")
 	msgs := transcript()
-	must(t, t.S.AppendHistory(t.Ctx, key, store.Fence{}, msgs), "AppendHistory")
+	must(t, t.appendHistory(key, store.Fence{}, msgs), "AppendHistory")
 	msgs[1].ToolCalls[0].Input[2] = 'X'
 	msgs[1].ToolCalls[0].Name = "changed"
 	msgs[5].Hint.ID = "changed"

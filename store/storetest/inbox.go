@@ -23,7 +23,7 @@ func sup(key rein.SessionKey, id, text string) *store.Supplement {
 
 func testInboxPush(t *T) {
 	key := t.newSession("alice")
-	got, created, err := t.S.PushSupplement(t.Ctx, sup(key, "note-1", "first ✓"))
+	got, created, err := t.pushSupplement(sup(key, "note-1", "first ✓"))
 	must(t, err, "PushSupplement")
 	if !created {
 		t.Fatal("first push reported created=false")
@@ -33,7 +33,7 @@ func testInboxPush(t *T) {
 	wantSupplement(t, got, &want)
 
 	t.Clock.Advance(time.Second)
-	again, created, err := t.S.PushSupplement(t.Ctx, &store.Supplement{Owner: key.Owner, SessionID: key.ID, ID: "note-1", Text: "different", Source: "parent"})
+	again, created, err := t.pushSupplement(&store.Supplement{Owner: key.Owner, SessionID: key.ID, ID: "note-1", Text: "different", Source: "parent"})
 	must(t, err, "second PushSupplement")
 	if created {
 		t.Fatal("repeated push reported created=true")
@@ -49,14 +49,14 @@ func testInboxPush(t *T) {
 	wantSupplement(t, stored, &want)
 
 	// Without an id the store names it.
-	gen, created, err := t.S.PushSupplement(t.Ctx, sup(key, "", "anonymous"))
+	gen, created, err := t.pushSupplement(sup(key, "", "anonymous"))
 	must(t, err, "PushSupplement without id")
 	if !created || !strings.HasPrefix(gen.ID, "sup_") || len(gen.ID) != len("sup_")+26 {
 		t.Fatalf("generated supplement = %+v, created %v; want a sup_ ULID id", gen, created)
 	}
 	// The same id in another session is another supplement.
 	other := t.newSession("alice")
-	_, created, err = t.S.PushSupplement(t.Ctx, sup(other, "note-1", "elsewhere"))
+	_, created, err = t.pushSupplement(sup(other, "note-1", "elsewhere"))
 	must(t, err, "PushSupplement in another session")
 	if !created {
 		t.Fatal("push of a known id into another session reported created=false")
@@ -79,7 +79,7 @@ func wantSupplement(t *T, got, want *store.Supplement) {
 
 func testInboxConsume(t *T) {
 	key := t.newSession("alice")
-	empty, err := t.S.ConsumeSupplements(t.Ctx, key, "run_0", 1)
+	empty, err := t.consumeSupplements(key, "run_0", 1)
 	must(t, err, "ConsumeSupplements of an empty inbox")
 	if empty == nil || len(empty) != 0 {
 		t.Fatalf("ConsumeSupplements of an empty inbox = %#v, want empty non-nil", empty)
@@ -87,7 +87,7 @@ func testInboxConsume(t *T) {
 	// Push order differs from id order on purpose.
 	ids := []string{"n-c", "n-a", "n-b"}
 	for _, id := range ids {
-		_, _, err := t.S.PushSupplement(t.Ctx, sup(key, id, "text "+id))
+		_, _, err := t.pushSupplement(sup(key, id, "text "+id))
 		must(t, err, "PushSupplement")
 	}
 	pushedAt := t.now()
@@ -97,7 +97,7 @@ func testInboxConsume(t *T) {
 	if n != 3 {
 		t.Fatalf("PendingSupplements = %d, want 3", n)
 	}
-	got, err := t.S.ConsumeSupplements(t.Ctx, key, "run_1", 2)
+	got, err := t.consumeSupplements(key, "run_1", 2)
 	must(t, err, "ConsumeSupplements")
 	if len(got) != 3 {
 		t.Fatalf("consumed %d supplements, want 3", len(got))
@@ -115,21 +115,21 @@ func testInboxConsume(t *T) {
 	if n != 0 {
 		t.Fatalf("PendingSupplements after consuming = %d, want 0", n)
 	}
-	again, err := t.S.ConsumeSupplements(t.Ctx, key, "run_1", 3)
+	again, err := t.consumeSupplements(key, "run_1", 3)
 	must(t, err, "ConsumeSupplements again")
 	if len(again) != 0 {
 		t.Fatalf("second consume returned %d supplements", len(again))
 	}
 	// A repeat push of a consumed supplement reports it consumed.
-	rep, created, err := t.S.PushSupplement(t.Ctx, sup(key, "n-a", "again"))
+	rep, created, err := t.pushSupplement(sup(key, "n-a", "again"))
 	must(t, err, "PushSupplement repeat")
 	if created || rep.Status != store.SupplementConsumed || rep.RunID != "run_1" {
 		t.Fatalf("repeat push of a consumed supplement = %+v, created %v", rep, created)
 	}
 	// Only what is queued is consumed next time.
-	_, _, err = t.S.PushSupplement(t.Ctx, sup(key, "n-d", "later"))
+	_, _, err = t.pushSupplement(sup(key, "n-d", "later"))
 	must(t, err, "PushSupplement")
-	next, err := t.S.ConsumeSupplements(t.Ctx, key, "run_2", 1)
+	next, err := t.consumeSupplements(key, "run_2", 1)
 	must(t, err, "ConsumeSupplements")
 	if len(next) != 1 || next[0].ID != "n-d" || next[0].RunID != "run_2" || next[0].Step != 1 {
 		t.Fatalf("next consume = %+v, want only n-d for run_2 step 1", next)
@@ -149,7 +149,7 @@ func testInboxConcurrentConsume(t *T) {
 		if i == consumers {
 			defer close(producerDone)
 			for p := range pushes {
-				if _, _, err := t.S.PushSupplement(t.Ctx, sup(key, fmt.Sprintf("s%03d", p), "x")); err != nil {
+				if _, _, err := t.pushSupplement(sup(key, fmt.Sprintf("s%03d", p), "x")); err != nil {
 					mu.Lock()
 					failure = err
 					mu.Unlock()
@@ -179,10 +179,10 @@ func testInboxConcurrentConsume(t *T) {
 		for {
 			select {
 			case <-producerDone:
-				record(t.S.ConsumeSupplements(t.Ctx, key, runID, 1))
+				record(t.consumeSupplements(key, runID, 1))
 				return
 			default:
-				record(t.S.ConsumeSupplements(t.Ctx, key, runID, 1))
+				record(t.consumeSupplements(key, runID, 1))
 			}
 		}
 	})
@@ -203,25 +203,25 @@ func testInboxConcurrentConsume(t *T) {
 
 func testInboxOtherOwner(t *T) {
 	key := t.newSession("alice")
-	_, _, err := t.S.PushSupplement(t.Ctx, sup(key, "n1", "mine"))
+	_, _, err := t.pushSupplement(sup(key, "n1", "mine"))
 	must(t, err, "PushSupplement")
 	intruder := otherOwner(key)
-	_, _, err = t.S.PushSupplement(t.Ctx, sup(intruder, "n2", "theirs"))
+	_, _, err = t.pushSupplement(sup(intruder, "n2", "theirs"))
 	wantErr(t, err, rein.ErrNotFound, "PushSupplement as another owner")
-	_, _, err = t.S.PushSupplement(t.Ctx, sup(intruder, "n1", "theirs"))
+	_, _, err = t.pushSupplement(sup(intruder, "n1", "theirs"))
 	wantErr(t, err, rein.ErrNotFound, "PushSupplement of a known id as another owner")
 	_, err = t.S.GetSupplement(t.Ctx, intruder, "n1")
 	wantErr(t, err, rein.ErrNotFound, "GetSupplement as another owner")
 	_, err = t.S.PendingSupplements(t.Ctx, intruder)
 	wantErr(t, err, rein.ErrNotFound, "PendingSupplements as another owner")
-	got, err := t.S.ConsumeSupplements(t.Ctx, intruder, "run_x", 1)
+	got, err := t.consumeSupplements(intruder, "run_x", 1)
 	if err == nil && len(got) != 0 {
 		t.Fatalf("another owner consumed %d supplements", len(got))
 	}
 	if err != nil {
 		wantErr(t, err, rein.ErrNotFound, "ConsumeSupplements as another owner")
 	}
-	_, _, err = t.S.PushSupplement(t.Ctx, sup(rein.SessionKey{Owner: "alice", ID: "ses_never"}, "n3", "x"))
+	_, _, err = t.pushSupplement(sup(rein.SessionKey{Owner: "alice", ID: "ses_never"}, "n3", "x"))
 	wantErr(t, err, rein.ErrNotFound, "PushSupplement to a missing session")
 	n, err := t.S.PendingSupplements(t.Ctx, key)
 	must(t, err, "PendingSupplements")

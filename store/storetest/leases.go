@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"reflect"
-	"slices"
 	"strings"
 	"sync/atomic"
 	"time"
@@ -22,7 +21,6 @@ var _ = register(
 	test{"Leases/ReleaseAndStaleRelease", testLeaseRelease},
 	test{"Leases/ExpiredIsTakenOver", testLeaseTakeover},
 	test{"Leases/ConcurrentAcquireOneWins", testLeaseConcurrent},
-	test{"Leases/ListExpired", testLeaseListExpired},
 	test{"Leases/OtherOwnerIsNotFound", testLeaseOtherOwner},
 	test{"Fencing/StaleTokenWritesNothing", testFencingStale},
 	test{"Fencing/CurrentAndExpiredUntakenTokenWrite", testFencingCurrent},
@@ -37,7 +35,7 @@ func testLeaseAcquire(t *T) {
 	key := t.newSession("alice")
 	_, err := t.S.GetLease(t.Ctx, key)
 	wantErr(t, err, rein.ErrNotFound, "GetLease before any lease")
-	l, err := t.S.AcquireLease(t.Ctx, key, "inst-a", "run_1", ttl)
+	l, err := t.acquireLease(key, "inst-a", "run_1", ttl)
 	must(t, err, "AcquireLease")
 	if l.Owner != key.Owner || l.SessionID != key.ID || l.RunID != "run_1" || l.Holder != "inst-a" || l.Token <= 0 {
 		t.Fatalf("lease = %+v", l)
@@ -46,7 +44,7 @@ func testLeaseAcquire(t *T) {
 	got, err := t.S.GetLease(t.Ctx, key)
 	must(t, err, "GetLease")
 	wantLease(t, got, l)
-	_, err = t.S.AcquireLease(t.Ctx, rein.SessionKey{Owner: "alice", ID: "ses_never"}, "inst-a", "run_1", ttl)
+	_, err = t.acquireLease(rein.SessionKey{Owner: "alice", ID: "ses_never"}, "inst-a", "run_1", ttl)
 	wantErr(t, err, rein.ErrNotFound, "AcquireLease of a missing session")
 }
 
@@ -64,10 +62,10 @@ func wantLease(t *T, got, want *store.Lease) {
 
 func testLeaseBusy(t *T) {
 	key := t.newSession("alice")
-	held, err := t.S.AcquireLease(t.Ctx, key, "inst-secret-host", "run_holder", ttl)
+	held, err := t.acquireLease(key, "inst-secret-host", "run_holder", ttl)
 	must(t, err, "AcquireLease")
 	t.Clock.Advance(ttl - time.Millisecond)
-	_, err = t.S.AcquireLease(t.Ctx, key, "inst-b", "run_other", ttl)
+	_, err = t.acquireLease(key, "inst-b", "run_other", ttl)
 	wantErr(t, err, rein.ErrSessionBusy, "AcquireLease while held")
 	var re *rein.Error
 	if !errors.As(err, &re) || re.RunID != "run_holder" {
@@ -87,14 +85,14 @@ func testLeaseTokens(t *T) {
 	var last = map[rein.SessionKey]int64{}
 	for i := range 5 {
 		for _, key := range []rein.SessionKey{a, b} {
-			l, err := t.S.AcquireLease(t.Ctx, key, "inst-a", "run_"+string(rune('a'+i)), ttl)
+			l, err := t.acquireLease(key, "inst-a", "run_"+string(rune('a'+i)), ttl)
 			must(t, err, "AcquireLease")
 			if l.Token <= last[key] {
 				t.Fatalf("token %d after %d: not strictly increasing", l.Token, last[key])
 			}
 			last[key] = l.Token
 			if i%2 == 0 {
-				must(t, t.S.ReleaseLease(t.Ctx, l), "ReleaseLease")
+				must(t, t.releaseLease(l), "ReleaseLease")
 			} else {
 				t.Clock.Advance(ttl + time.Second) // let it expire instead
 			}
@@ -104,7 +102,7 @@ func testLeaseTokens(t *T) {
 
 func testLeaseRenew(t *T) {
 	key := t.newSession("alice")
-	l, err := t.S.AcquireLease(t.Ctx, key, "inst-a", "run_1", ttl)
+	l, err := t.acquireLease(key, "inst-a", "run_1", ttl)
 	must(t, err, "AcquireLease")
 	t.Clock.Advance(10 * time.Second)
 	renewed, err := t.S.RenewLease(t.Ctx, l, 30*time.Second)
@@ -117,7 +115,7 @@ func testLeaseRenew(t *T) {
 	wantLease(t, got, &want)
 	// Renewing keeps the session busy past the original expiry.
 	t.Clock.Advance(25 * time.Second)
-	_, err = t.S.AcquireLease(t.Ctx, key, "inst-b", "run_2", ttl)
+	_, err = t.acquireLease(key, "inst-b", "run_2", ttl)
 	wantErr(t, err, rein.ErrSessionBusy, "AcquireLease of a renewed lease")
 	// A lease that expired is lost to its holder even if nobody took it
 	// over: by the store's clock the holder may already have been declared
@@ -133,10 +131,10 @@ func testLeaseRenew(t *T) {
 
 func testLeaseRenewLost(t *T) {
 	key := t.newSession("alice")
-	old, err := t.S.AcquireLease(t.Ctx, key, "inst-a", "run_1", ttl)
+	old, err := t.acquireLease(key, "inst-a", "run_1", ttl)
 	must(t, err, "AcquireLease")
 	t.Clock.Advance(ttl + time.Second)
-	cur, err := t.S.AcquireLease(t.Ctx, key, "inst-b", "run_2", ttl)
+	cur, err := t.acquireLease(key, "inst-b", "run_2", ttl)
 	must(t, err, "AcquireLease over an expired lease")
 	_, err = t.S.RenewLease(t.Ctx, old, ttl)
 	wantErr(t, err, rein.ErrLeaseLost, "RenewLease after takeover")
@@ -147,35 +145,35 @@ func testLeaseRenewLost(t *T) {
 
 func testLeaseRelease(t *T) {
 	key := t.newSession("alice")
-	l1, err := t.S.AcquireLease(t.Ctx, key, "inst-a", "run_1", ttl)
+	l1, err := t.acquireLease(key, "inst-a", "run_1", ttl)
 	must(t, err, "AcquireLease")
-	must(t, t.S.ReleaseLease(t.Ctx, l1), "ReleaseLease")
+	must(t, t.releaseLease(l1), "ReleaseLease")
 	_, err = t.S.GetLease(t.Ctx, key)
 	wantErr(t, err, rein.ErrNotFound, "GetLease after release")
-	must(t, t.S.ReleaseLease(t.Ctx, l1), "second ReleaseLease")
+	must(t, t.releaseLease(l1), "second ReleaseLease")
 	_, err = t.S.RenewLease(t.Ctx, l1, ttl)
 	wantErr(t, err, rein.ErrLeaseLost, "RenewLease after release")
 
-	l2, err := t.S.AcquireLease(t.Ctx, key, "inst-b", "run_2", ttl)
+	l2, err := t.acquireLease(key, "inst-b", "run_2", ttl)
 	must(t, err, "AcquireLease after release")
 	if l2.Token <= l1.Token {
 		t.Fatalf("token after release %d <= %d", l2.Token, l1.Token)
 	}
 	// A stale release does nothing.
-	must(t, t.S.ReleaseLease(t.Ctx, l1), "stale ReleaseLease")
+	must(t, t.releaseLease(l1), "stale ReleaseLease")
 	got, err := t.S.GetLease(t.Ctx, key)
 	must(t, err, "GetLease after a stale release")
 	wantLease(t, got, l2)
-	_, err = t.S.AcquireLease(t.Ctx, key, "inst-c", "run_3", ttl)
+	_, err = t.acquireLease(key, "inst-c", "run_3", ttl)
 	wantErr(t, err, rein.ErrSessionBusy, "AcquireLease after a stale release")
 }
 
 func testLeaseTakeover(t *T) {
 	key := t.newSession("alice")
-	old, err := t.S.AcquireLease(t.Ctx, key, "inst-a", "run_1", ttl)
+	old, err := t.acquireLease(key, "inst-a", "run_1", ttl)
 	must(t, err, "AcquireLease")
 	t.Clock.Advance(ttl + time.Millisecond)
-	l, err := t.S.AcquireLease(t.Ctx, key, "inst-b", "run_2", ttl)
+	l, err := t.acquireLease(key, "inst-b", "run_2", ttl)
 	must(t, err, "AcquireLease over an expired lease")
 	if l.Token <= old.Token || l.RunID != "run_2" || l.Holder != "inst-b" {
 		t.Fatalf("takeover lease = %+v (old token %d)", l, old.Token)
@@ -189,7 +187,7 @@ func testLeaseConcurrent(t *T) {
 	var wins atomic.Int32
 	errs := make([]error, n)
 	parallel(n, func(i int) {
-		if _, err := t.S.AcquireLease(t.Ctx, key, "inst", "run_"+string(rune('a'+i)), ttl); err == nil {
+		if _, err := t.acquireLease(key, "inst", "run_"+string(rune('a'+i)), ttl); err == nil {
 			wins.Add(1)
 		} else {
 			errs[i] = err
@@ -205,52 +203,21 @@ func testLeaseConcurrent(t *T) {
 	}
 }
 
-func testLeaseListExpired(t *T) {
-	a, b, c := t.newSession("alice"), t.newSession("bob"), t.newSession("alice")
-	la, err := t.S.AcquireLease(t.Ctx, a, "inst-a", "run_a", 5*time.Second)
-	must(t, err, "AcquireLease")
-	lb, err := t.S.AcquireLease(t.Ctx, b, "inst-b", "run_b", 10*time.Second)
-	must(t, err, "AcquireLease")
-	_, err = t.S.AcquireLease(t.Ctx, c, "inst-c", "run_c", time.Minute)
-	must(t, err, "AcquireLease")
-	list, err := t.S.ListExpiredLeases(t.Ctx, t.Clock.Now())
-	must(t, err, "ListExpiredLeases")
-	if list == nil || len(list) != 0 {
-		t.Fatalf("ListExpiredLeases before expiry = %#v, want empty non-nil", list)
-	}
-	t.Clock.Advance(20 * time.Second)
-	list, err = t.S.ListExpiredLeases(t.Ctx, t.Clock.Now())
-	must(t, err, "ListExpiredLeases")
-	slices.SortFunc(list, func(x, y *store.Lease) int { return strings.Compare(x.RunID, y.RunID) })
-	if len(list) != 2 {
-		t.Fatalf("ListExpiredLeases = %d leases, want 2", len(list))
-	}
-	wantLease(t, list[0], la)
-	wantLease(t, list[1], lb)
-	// A released lease is not listed.
-	must(t, t.S.ReleaseLease(t.Ctx, la), "ReleaseLease")
-	list, err = t.S.ListExpiredLeases(t.Ctx, t.Clock.Now())
-	must(t, err, "ListExpiredLeases")
-	if len(list) != 1 || list[0].RunID != "run_b" {
-		t.Fatalf("ListExpiredLeases after a release = %+v", list)
-	}
-}
-
 func testLeaseOtherOwner(t *T) {
 	key := t.newSession("alice")
-	l, err := t.S.AcquireLease(t.Ctx, key, "inst-a", "run_1", ttl)
+	l, err := t.acquireLease(key, "inst-a", "run_1", ttl)
 	must(t, err, "AcquireLease")
 	intruder := otherOwner(key)
 	_, err = t.S.GetLease(t.Ctx, intruder)
 	wantErr(t, err, rein.ErrNotFound, "GetLease as another owner")
-	_, err = t.S.AcquireLease(t.Ctx, intruder, "inst-x", "run_x", ttl)
+	_, err = t.acquireLease(intruder, "inst-x", "run_x", ttl)
 	wantErr(t, err, rein.ErrNotFound, "AcquireLease as another owner")
 	forged := *l
 	forged.Owner = intruder.Owner
 	if _, err := t.S.RenewLease(t.Ctx, &forged, ttl); err == nil {
 		t.Fatal("RenewLease with another owner's key succeeded")
 	}
-	must(t, t.S.ReleaseLease(t.Ctx, &forged), "ReleaseLease as another owner")
+	wantErr(t, t.releaseLease(&forged), rein.ErrNotFound, "ReleaseLease as another owner")
 	got, err := t.S.GetLease(t.Ctx, key)
 	must(t, err, "GetLease")
 	wantLease(t, got, l)
@@ -260,28 +227,28 @@ func testLeaseOtherOwner(t *T) {
 // one (the second, after the first expired).
 func (t *T) takeover(key rein.SessionKey) (stale, current *store.Lease) {
 	t.Helper()
-	stale, err := t.S.AcquireLease(t.Ctx, key, "inst-a", "run_old", ttl)
+	stale, err := t.acquireLease(key, "inst-a", "run_old", ttl)
 	must(t, err, "AcquireLease")
 	t.Clock.Advance(ttl + time.Second)
-	current, err = t.S.AcquireLease(t.Ctx, key, "inst-b", "run_new", ttl)
+	current, err = t.acquireLease(key, "inst-b", "run_new", ttl)
 	must(t, err, "AcquireLease after expiry")
 	return stale, current
 }
 
 func testFencingStale(t *T) {
 	key := t.newSession("alice")
-	must(t, t.S.CreateRun(t.Ctx, &store.RunRecord{Owner: key.Owner, SessionID: key.ID, ID: "run_old", Status: rein.StatusRunning}), "CreateRun")
+	must(t, t.createRun(&store.RunRecord{Owner: key.Owner, SessionID: key.ID, ID: "run_old", Status: rein.StatusRunning}), "CreateRun")
 	stale, _ := t.takeover(key)
 
 	_, err := t.S.AppendEvents(t.Ctx, key, stale.Fence(), []rein.Event{ev(rein.EventMessageDelta, "run_old", `{}`)})
 	wantErr(t, err, rein.ErrLeaseLost, "AppendEvents with a stale fence")
-	err = t.S.AppendHistory(t.Ctx, key, stale.Fence(), []rein.Message{{Role: rein.RoleAssistant, Text: "late"}})
+	err = t.appendHistory(key, stale.Fence(), []rein.Message{{Role: rein.RoleAssistant, Text: "late"}})
 	wantErr(t, err, rein.ErrLeaseLost, "AppendHistory with a stale fence")
-	_, err = t.S.UpdateRun(t.Ctx, key, stale.Fence(), "run_old", store.RunUpdate{Status: rein.StatusCompleted, Reason: rein.ReasonStop})
+	_, err = t.updateRun(key, stale.Fence(), "run_old", store.RunUpdate{Status: rein.StatusCompleted, Reason: rein.ReasonStop})
 	wantErr(t, err, rein.ErrLeaseLost, "UpdateRun with a stale fence")
 	// A token from another session is not current here either.
 	otherKey := t.newSession("alice")
-	foreign, err := t.S.AcquireLease(t.Ctx, otherKey, "inst-c", "run_c", ttl)
+	foreign, err := t.acquireLease(otherKey, "inst-c", "run_c", ttl)
 	must(t, err, "AcquireLease")
 	_, err = t.S.AppendEvents(t.Ctx, key, foreign.Fence(), []rein.Event{ev(rein.EventMessageDelta, "run_c", `{}`)})
 	wantErr(t, err, rein.ErrLeaseLost, "AppendEvents with another session's fence")
@@ -302,27 +269,27 @@ func testFencingStale(t *T) {
 
 func testFencingCurrent(t *T) {
 	key := t.newSession("alice")
-	must(t, t.S.CreateRun(t.Ctx, &store.RunRecord{Owner: key.Owner, SessionID: key.ID, ID: "run_new", Status: rein.StatusRunning}), "CreateRun")
+	must(t, t.createRun(&store.RunRecord{Owner: key.Owner, SessionID: key.ID, ID: "run_new", Status: rein.StatusRunning}), "CreateRun")
 	_, cur := t.takeover(key)
 	out, err := t.S.AppendEvents(t.Ctx, key, cur.Fence(), []rein.Event{ev(rein.EventRunStarted, "run_new", `{"run_id":"run_new"}`)})
 	must(t, err, "AppendEvents with the current fence")
 	if out[0].Seq != 1 {
 		t.Fatalf("seq = %d, want 1", out[0].Seq)
 	}
-	must(t, t.S.AppendHistory(t.Ctx, key, cur.Fence(), []rein.Message{{Role: rein.RoleUser, Text: "hi"}}), "AppendHistory with the current fence")
+	must(t, t.appendHistory(key, cur.Fence(), []rein.Message{{Role: rein.RoleUser, Text: "hi"}}), "AppendHistory with the current fence")
 	// Expired but not taken over: still current.
 	t.Clock.Advance(ttl * 3)
 	_, err = t.S.AppendEvents(t.Ctx, key, cur.Fence(), []rein.Event{ev(rein.EventMessageDelta, "run_new", `{}`)})
 	must(t, err, "AppendEvents with an expired, untaken fence")
-	_, err = t.S.UpdateRun(t.Ctx, key, cur.Fence(), "run_new", store.RunUpdate{Status: rein.StatusCompleted, Reason: rein.ReasonStop})
+	_, err = t.updateRun(key, cur.Fence(), "run_new", store.RunUpdate{Status: rein.StatusCompleted, Reason: rein.ReasonStop})
 	must(t, err, "UpdateRun with an expired, untaken fence")
 }
 
 func testFencingReleased(t *T) {
 	key := t.newSession("alice")
-	l, err := t.S.AcquireLease(t.Ctx, key, "inst-a", "run_1", ttl)
+	l, err := t.acquireLease(key, "inst-a", "run_1", ttl)
 	must(t, err, "AcquireLease")
-	must(t, t.S.ReleaseLease(t.Ctx, l), "ReleaseLease")
+	must(t, t.releaseLease(l), "ReleaseLease")
 	_, err = t.S.AppendEvents(t.Ctx, key, l.Fence(), []rein.Event{ev(rein.EventMessageDelta, "run_1", `{}`)})
 	wantErr(t, err, rein.ErrLeaseLost, "AppendEvents with a released fence")
 }

@@ -19,6 +19,7 @@ var _ = register(
 	test{"Runs/ConcurrentTerminalUpdatesOneWins", testRunConcurrentTerminal},
 	test{"Runs/ListNewestFirstThenIDDesc", testListRuns},
 	test{"Runs/ListByStatusAcrossOwners", testListRunsByStatus},
+	test{"Runs/ListEndedSinceByEndTime", testListEndedSince},
 )
 
 // wantRun compares run records field by field, times as stored.
@@ -51,7 +52,7 @@ func testRunRoundTrip(t *T) {
 		CreatedAt: time.Date(2031, 3, 4, 5, 0, 0, 1999, time.UTC),
 		StartedAt: time.Date(2031, 3, 4, 5, 0, 1, 2999, time.UTC),
 	}
-	must(t, t.S.CreateRun(t.Ctx, full), "CreateRun")
+	must(t, t.createRun(full), "CreateRun")
 	got, err := t.S.GetRun(t.Ctx, key, "run_full")
 	must(t, err, "GetRun")
 	want := *full
@@ -59,7 +60,7 @@ func testRunRoundTrip(t *T) {
 	wantRun(t, got, &want)
 
 	minimal := &store.RunRecord{Owner: key.Owner, SessionID: key.ID, ID: "run_min", Status: rein.StatusQueued}
-	must(t, t.S.CreateRun(t.Ctx, minimal), "CreateRun minimal")
+	must(t, t.createRun(minimal), "CreateRun minimal")
 	got, err = t.S.GetRun(t.Ctx, key, "run_min")
 	must(t, err, "GetRun minimal")
 	wantRun(t, got, &store.RunRecord{Owner: key.Owner, SessionID: key.ID, ID: "run_min", Status: rein.StatusQueued, CreatedAt: t.now()})
@@ -77,8 +78,8 @@ func testRunRoundTrip(t *T) {
 
 func testRunDuplicateID(t *T) {
 	key := t.newSession("alice")
-	must(t, t.S.CreateRun(t.Ctx, &store.RunRecord{Owner: key.Owner, SessionID: key.ID, ID: "run_1", Status: rein.StatusQueued, Input: "first"}), "CreateRun")
-	err := t.S.CreateRun(t.Ctx, &store.RunRecord{Owner: key.Owner, SessionID: key.ID, ID: "run_1", Status: rein.StatusRunning, Input: "second"})
+	must(t, t.createRun(&store.RunRecord{Owner: key.Owner, SessionID: key.ID, ID: "run_1", Status: rein.StatusQueued, Input: "first"}), "CreateRun")
+	err := t.createRun(&store.RunRecord{Owner: key.Owner, SessionID: key.ID, ID: "run_1", Status: rein.StatusRunning, Input: "second"})
 	wantErr(t, err, rein.ErrConflict, "CreateRun with a taken id")
 	got, err := t.S.GetRun(t.Ctx, key, "run_1")
 	must(t, err, "GetRun")
@@ -89,16 +90,16 @@ func testRunDuplicateID(t *T) {
 
 func testRunClientID(t *T) {
 	a, b := t.newSession("alice"), t.newSession("alice")
-	must(t, t.S.CreateRun(t.Ctx, &store.RunRecord{Owner: a.Owner, SessionID: a.ID, ID: "run_a1", Status: rein.StatusRunning, ClientID: "same"}), "CreateRun")
-	err := t.S.CreateRun(t.Ctx, &store.RunRecord{Owner: a.Owner, SessionID: a.ID, ID: "run_a2", Status: rein.StatusQueued, ClientID: "same"})
+	must(t, t.createRun(&store.RunRecord{Owner: a.Owner, SessionID: a.ID, ID: "run_a1", Status: rein.StatusRunning, ClientID: "same"}), "CreateRun")
+	err := t.createRun(&store.RunRecord{Owner: a.Owner, SessionID: a.ID, ID: "run_a2", Status: rein.StatusQueued, ClientID: "same"})
 	wantErr(t, err, rein.ErrConflict, "CreateRun with a client id taken in the session")
 	_, err = t.S.GetRun(t.Ctx, a, "run_a2")
 	wantErr(t, err, rein.ErrNotFound, "GetRun of the refused run")
 	// Another session may use the same client id, and runs without one
 	// never collide.
-	must(t, t.S.CreateRun(t.Ctx, &store.RunRecord{Owner: b.Owner, SessionID: b.ID, ID: "run_b1", Status: rein.StatusQueued, ClientID: "same"}), "CreateRun in another session")
-	must(t, t.S.CreateRun(t.Ctx, &store.RunRecord{Owner: a.Owner, SessionID: a.ID, ID: "run_a3", Status: rein.StatusQueued}), "CreateRun without client id")
-	must(t, t.S.CreateRun(t.Ctx, &store.RunRecord{Owner: a.Owner, SessionID: a.ID, ID: "run_a4", Status: rein.StatusQueued}), "second CreateRun without client id")
+	must(t, t.createRun(&store.RunRecord{Owner: b.Owner, SessionID: b.ID, ID: "run_b1", Status: rein.StatusQueued, ClientID: "same"}), "CreateRun in another session")
+	must(t, t.createRun(&store.RunRecord{Owner: a.Owner, SessionID: a.ID, ID: "run_a3", Status: rein.StatusQueued}), "CreateRun without client id")
+	must(t, t.createRun(&store.RunRecord{Owner: a.Owner, SessionID: a.ID, ID: "run_a4", Status: rein.StatusQueued}), "second CreateRun without client id")
 	for key, want := range map[rein.SessionKey]string{a: "run_a1", b: "run_b1"} {
 		got, err := t.S.GetRunByClientID(t.Ctx, key, "same")
 		must(t, err, "GetRunByClientID")
@@ -111,10 +112,10 @@ func testRunClientID(t *T) {
 }
 
 func testRunNotFound(t *T) {
-	err := t.S.CreateRun(t.Ctx, &store.RunRecord{Owner: "alice", SessionID: "ses_never", ID: "run_x", Status: rein.StatusQueued})
+	err := t.createRun(&store.RunRecord{Owner: "alice", SessionID: "ses_never", ID: "run_x", Status: rein.StatusQueued})
 	wantErr(t, err, rein.ErrNotFound, "CreateRun in a missing session")
 	key := t.newSession("alice")
-	must(t, t.S.CreateRun(t.Ctx, &store.RunRecord{Owner: key.Owner, SessionID: key.ID, ID: "run_1", Status: rein.StatusRunning, ClientID: "c"}), "CreateRun")
+	must(t, t.createRun(&store.RunRecord{Owner: key.Owner, SessionID: key.ID, ID: "run_1", Status: rein.StatusRunning, ClientID: "c"}), "CreateRun")
 	other := t.newSession("alice")
 	intruder := otherOwner(key)
 	_, err = t.S.GetRun(t.Ctx, intruder, "run_1")
@@ -123,17 +124,17 @@ func testRunNotFound(t *T) {
 	wantErr(t, err, rein.ErrNotFound, "GetRun through another session")
 	_, err = t.S.GetRunByClientID(t.Ctx, intruder, "c")
 	wantErr(t, err, rein.ErrNotFound, "GetRunByClientID as another owner")
-	_, err = t.S.UpdateRun(t.Ctx, intruder, store.Fence{}, "run_1", store.RunUpdate{Status: rein.StatusCancelled})
+	_, err = t.updateRun(intruder, store.Fence{}, "run_1", store.RunUpdate{Status: rein.StatusCancelled})
 	wantErr(t, err, rein.ErrNotFound, "UpdateRun as another owner")
-	_, err = t.S.UpdateRun(t.Ctx, other, store.Fence{}, "run_1", store.RunUpdate{Status: rein.StatusCancelled})
+	_, err = t.updateRun(other, store.Fence{}, "run_1", store.RunUpdate{Status: rein.StatusCancelled})
 	wantErr(t, err, rein.ErrNotFound, "UpdateRun through another session")
-	_, err = t.S.UpdateRun(t.Ctx, key, store.Fence{}, "run_none", store.RunUpdate{Status: rein.StatusCancelled})
+	_, err = t.updateRun(key, store.Fence{}, "run_none", store.RunUpdate{Status: rein.StatusCancelled})
 	wantErr(t, err, rein.ErrNotFound, "UpdateRun of an unknown run")
 	list, err := t.S.ListRuns(t.Ctx, intruder)
 	if err == nil && len(list) != 0 {
 		t.Fatalf("ListRuns as another owner returned %d runs", len(list))
 	}
-	err = t.S.CreateRun(t.Ctx, &store.RunRecord{Owner: intruder.Owner, SessionID: intruder.ID, ID: "run_2", Status: rein.StatusQueued})
+	err = t.createRun(&store.RunRecord{Owner: intruder.Owner, SessionID: intruder.ID, ID: "run_2", Status: rein.StatusQueued})
 	wantErr(t, err, rein.ErrNotFound, "CreateRun as another owner")
 	got, err := t.S.GetRun(t.Ctx, key, "run_1")
 	must(t, err, "GetRun")
@@ -147,12 +148,12 @@ func testRunUpdate(t *T) {
 	rec := &store.RunRecord{Owner: key.Owner, SessionID: key.ID, ID: "run_1", Status: rein.StatusQueued,
 		Input: "in", ClientID: "c", QueueOrder: 5, Instance: "inst-a", Usage: rein.Usage{InputTokens: 1, OutputTokens: 2},
 		Deadline: suiteStart.Add(time.Hour)}
-	must(t, t.S.CreateRun(t.Ctx, rec), "CreateRun")
+	must(t, t.createRun(rec), "CreateRun")
 	want, err := t.S.GetRun(t.Ctx, key, "run_1")
 	must(t, err, "GetRun")
 
 	// The zero update changes nothing.
-	got, err := t.S.UpdateRun(t.Ctx, key, store.Fence{}, "run_1", store.RunUpdate{})
+	got, err := t.updateRun(key, store.Fence{}, "run_1", store.RunUpdate{})
 	must(t, err, "UpdateRun(zero)")
 	wantRun(t, got, want)
 
@@ -172,7 +173,7 @@ func testRunUpdate(t *T) {
 	}
 	for _, s := range steps {
 		s.apply(want)
-		got, err := t.S.UpdateRun(t.Ctx, key, store.Fence{}, "run_1", s.u)
+		got, err := t.updateRun(key, store.Fence{}, "run_1", s.u)
 		must(t, err, "UpdateRun")
 		wantRun(t, got, want)
 		stored, err := t.S.GetRun(t.Ctx, key, "run_1")
@@ -181,7 +182,7 @@ func testRunUpdate(t *T) {
 	}
 	// Ending sets several fields at once.
 	ended := suiteStart.Add(time.Minute)
-	got, err = t.S.UpdateRun(t.Ctx, key, store.Fence{}, "run_1", store.RunUpdate{
+	got, err = t.updateRun(key, store.Fence{}, "run_1", store.RunUpdate{
 		Status: rein.StatusFailed, Reason: rein.ReasonError, Error: "model exploded", EndedAt: ended,
 	})
 	must(t, err, "UpdateRun(end)")
@@ -193,9 +194,9 @@ func testRunTerminalFinal(t *T) {
 	key := t.newSession("alice")
 	for _, status := range []rein.RunStatus{rein.StatusCompleted, rein.StatusFailed, rein.StatusCancelled} {
 		id := "run_" + string(status)
-		must(t, t.S.CreateRun(t.Ctx, &store.RunRecord{Owner: key.Owner, SessionID: key.ID, ID: id, Status: rein.StatusRunning}), "CreateRun")
+		must(t, t.createRun(&store.RunRecord{Owner: key.Owner, SessionID: key.ID, ID: id, Status: rein.StatusRunning}), "CreateRun")
 		reason := map[rein.RunStatus]rein.Reason{rein.StatusCompleted: rein.ReasonStop, rein.StatusFailed: rein.ReasonError, rein.StatusCancelled: rein.ReasonCancelled}[status]
-		final, err := t.S.UpdateRun(t.Ctx, key, store.Fence{}, id, store.RunUpdate{Status: status, Reason: reason, EndedAt: t.Clock.Now()})
+		final, err := t.updateRun(key, store.Fence{}, id, store.RunUpdate{Status: status, Reason: reason, EndedAt: t.Clock.Now()})
 		must(t, err, "UpdateRun to "+string(status))
 		for _, u := range []store.RunUpdate{
 			{Status: rein.StatusCancelled, Reason: rein.ReasonCancelled},
@@ -204,7 +205,7 @@ func testRunTerminalFinal(t *T) {
 			{Usage: &rein.Usage{InputTokens: 99}},
 			{},
 		} {
-			got, err := t.S.UpdateRun(t.Ctx, key, store.Fence{}, id, u)
+			got, err := t.updateRun(key, store.Fence{}, id, u)
 			wantErr(t, err, rein.ErrConflict, "UpdateRun of a "+string(status)+" run")
 			if got == nil {
 				t.Fatalf("UpdateRun of a terminal run returned no record with its conflict")
@@ -221,11 +222,11 @@ func testRunTerminalFinal(t *T) {
 // succeeds and the record is the winner's.
 func testRunConcurrentTerminal(t *T) {
 	key := t.newSession("alice")
-	must(t, t.S.CreateRun(t.Ctx, &store.RunRecord{Owner: key.Owner, SessionID: key.ID, ID: "run_1", Status: rein.StatusRunning}), "CreateRun")
+	must(t, t.createRun(&store.RunRecord{Owner: key.Owner, SessionID: key.ID, ID: "run_1", Status: rein.StatusRunning}), "CreateRun")
 	const n = 16
 	errs := make([]error, n)
 	parallel(n, func(i int) {
-		_, errs[i] = t.S.UpdateRun(t.Ctx, key, store.Fence{}, "run_1", store.RunUpdate{
+		_, errs[i] = t.updateRun(key, store.Fence{}, "run_1", store.RunUpdate{
 			Status: rein.StatusCancelled, Reason: rein.ReasonCancelled, Error: string(rune('a' + i)),
 		})
 	})
@@ -269,7 +270,7 @@ func testListRuns(t *T) {
 		t.Fatalf("ListRuns with no runs = %#v, want empty non-nil", list)
 	}
 	create := func(k rein.SessionKey, id string) {
-		must(t, t.S.CreateRun(t.Ctx, &store.RunRecord{Owner: k.Owner, SessionID: k.ID, ID: id, Status: rein.StatusQueued}), "CreateRun "+id)
+		must(t, t.createRun(&store.RunRecord{Owner: k.Owner, SessionID: k.ID, ID: id, Status: rein.StatusQueued}), "CreateRun "+id)
 	}
 	create(key, "run_m")
 	t.Clock.Advance(time.Second)
@@ -288,7 +289,7 @@ func testListRuns(t *T) {
 func testListRunsByStatus(t *T) {
 	alice, bob := t.newSession("alice"), t.newSession("bob")
 	create := func(k rein.SessionKey, id string, status rein.RunStatus) {
-		must(t, t.S.CreateRun(t.Ctx, &store.RunRecord{Owner: k.Owner, SessionID: k.ID, ID: id, Status: status}), "CreateRun "+id)
+		must(t, t.createRun(&store.RunRecord{Owner: k.Owner, SessionID: k.ID, ID: id, Status: status}), "CreateRun "+id)
 	}
 	create(alice, "run_q3", rein.StatusQueued)
 	create(bob, "run_r1", rein.StatusRunning)
@@ -296,7 +297,7 @@ func testListRunsByStatus(t *T) {
 	create(bob, "run_q2", rein.StatusQueued)
 	create(alice, "run_q1", rein.StatusQueued)
 	create(alice, "run_done", rein.StatusRunning)
-	_, err := t.S.UpdateRun(t.Ctx, alice, store.Fence{}, "run_done", store.RunUpdate{Status: rein.StatusCompleted, Reason: rein.ReasonStop})
+	_, err := t.updateRun(alice, store.Fence{}, "run_done", store.RunUpdate{Status: rein.StatusCompleted, Reason: rein.ReasonStop})
 	must(t, err, "UpdateRun")
 	t.Clock.Advance(time.Second)
 	create(alice, "run_r2", rein.StatusRunning)
@@ -323,5 +324,73 @@ func testListRunsByStatus(t *T) {
 	must(t, err, "ListRunsByStatus()")
 	if list == nil || len(list) != 0 {
 		t.Fatalf("ListRunsByStatus() = %#v, want empty non-nil", list)
+	}
+}
+
+// ListEndedSince lists the runs ended at or after a bound, every owner's,
+// by end time then id: runs created ended and runs ended by an update
+// alike; not a rolled-back end, nor the runs of a deleted session.
+func testListEndedSince(t *T) {
+	alice, bob, gone := t.newSession("alice"), t.newSession("bob"), t.newSession("carol")
+	list, err := t.S.ListEndedSince(t.Ctx, time.Time{})
+	must(t, err, "ListEndedSince")
+	if list == nil || len(list) != 0 {
+		t.Fatalf("ListEndedSince with no runs = %#v, want empty non-nil", list)
+	}
+	old := t.now().Add(-time.Hour)
+	must(t, t.createRun(&store.RunRecord{Owner: alice.Owner, SessionID: alice.ID, ID: "run_old", Status: rein.StatusCompleted,
+		Reason: rein.ReasonStop, EndedAt: old}), "CreateRun of an old ended run")
+	for _, k := range []rein.SessionKey{alice, bob, gone} {
+		for _, id := range []string{"run_z", "run_a", "run_live"} {
+			must(t, t.createRun(&store.RunRecord{Owner: k.Owner, SessionID: k.ID, ID: id + "_" + k.Owner, Status: rein.StatusRunning}), "CreateRun")
+		}
+	}
+	since := t.now()
+	end := func(k rein.SessionKey, id string) {
+		t.Helper()
+		_, err := t.updateRun(k, store.Fence{}, id+"_"+k.Owner, store.RunUpdate{Status: rein.StatusCompleted, Reason: rein.ReasonStop, EndedAt: t.Clock.Now()})
+		must(t, err, "UpdateRun ending "+id)
+	}
+	end(bob, "run_z")
+	end(gone, "run_z")
+	t.Clock.Advance(time.Second)
+	end(alice, "run_z")
+	end(alice, "run_a")
+	end(gone, "run_a")
+	second := t.now()
+	// An end that is rolled back is not listed.
+	err = t.S.Update(t.Ctx, bob, store.Fence{}, func(tx store.Tx) error {
+		if _, err := tx.UpdateRun("run_a_bob", store.RunUpdate{Status: rein.StatusFailed, Reason: rein.ReasonError, EndedAt: second}); err != nil {
+			return err
+		}
+		return errRollback
+	})
+	wantErr(t, err, errRollback, "Update ending a run, rolled back")
+	_, err = t.S.DeleteSession(t.Ctx, gone, func(time.Time, []*store.TreeSession) error { return nil })
+	must(t, err, "DeleteSession")
+
+	list, err = t.S.ListEndedSince(t.Ctx, since)
+	must(t, err, "ListEndedSince")
+	if got, want := runIDs(list), []string{"run_z_bob", "run_a_alice", "run_z_alice"}; !reflect.DeepEqual(got, want) {
+		t.Fatalf("ListEndedSince(since) = %v, want %v", got, want)
+	}
+	if list[0].Owner != "bob" || list[0].SessionID != bob.ID || list[0].Status != rein.StatusCompleted {
+		t.Fatalf("listed run = %+v, want bob's completed run", list[0])
+	}
+	wantTime(t, list[1].EndedAt, second, "EndedAt")
+	list, err = t.S.ListEndedSince(t.Ctx, second)
+	must(t, err, "ListEndedSince")
+	if got, want := runIDs(list), []string{"run_a_alice", "run_z_alice"}; !reflect.DeepEqual(got, want) {
+		t.Fatalf("ListEndedSince(a bound equal to the ends) = %v, want %v", got, want)
+	}
+	list, err = t.S.ListEndedSince(t.Ctx, time.Time{})
+	must(t, err, "ListEndedSince")
+	if got, want := runIDs(list), []string{"run_old", "run_z_bob", "run_a_alice", "run_z_alice"}; !reflect.DeepEqual(got, want) {
+		t.Fatalf("ListEndedSince(zero) = %v, want %v", got, want)
+	}
+	list, err = t.S.ListEndedSince(t.Ctx, second.Add(time.Microsecond))
+	must(t, err, "ListEndedSince")
+	if list == nil || len(list) != 0 {
+		t.Fatalf("ListEndedSince after every end = %#v, want empty non-nil", list)
 	}
 }

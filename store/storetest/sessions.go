@@ -22,6 +22,7 @@ var _ = register(
 	test{"Sessions/ListChildrenCreationOrder", testListChildren},
 	test{"Sessions/IDInUseAcrossOwners", testSessionIDInUse},
 	test{"Sessions/SetSystem", testSetSystem},
+	test{"Sessions/SetSystemWithItsEventInOneWrite", testSetSystemOneWrite},
 	test{"Sessions/ValuesAreCopied", testSessionCopies},
 	test{"Sessions/CreateLeavesWhatWasStored", testSessionCreateFillsIn},
 )
@@ -81,7 +82,7 @@ func testSessionDefaults(t *T) {
 	}
 	// An empty system override is an override, not "none".
 	empty := ""
-	must(t, t.S.SetSystem(t.Ctx, key, &empty), "SetSystem(\"\")")
+	must(t, t.setSystem(key, &empty), "SetSystem(\"\")")
 	got, err = t.S.GetSession(t.Ctx, key)
 	must(t, err, "GetSession")
 	if got.System == nil || *got.System != "" {
@@ -154,7 +155,7 @@ func testSessionOtherOwner(t *T) {
 	_, err = t.S.GetSession(t.Ctx, rein.SessionKey{Owner: "alice", ID: "ses_never"})
 	wantErr(t, err, rein.ErrNotFound, "GetSession of a missing session")
 	sys := "hijack"
-	wantErr(t, t.S.SetSystem(t.Ctx, intruder, &sys), rein.ErrNotFound, "SetSystem as another owner")
+	wantErr(t, t.setSystem(intruder, &sys), rein.ErrNotFound, "SetSystem as another owner")
 	kids, err := t.S.ListChildren(t.Ctx, intruder)
 	if err == nil && len(kids) != 0 {
 		t.Fatalf("ListChildren as another owner returned %d sessions", len(kids))
@@ -257,20 +258,85 @@ func testListChildren(t *T) {
 func testSetSystem(t *T) {
 	key := t.newSession("alice")
 	sys := "first"
-	must(t, t.S.SetSystem(t.Ctx, key, &sys), "SetSystem")
+	must(t, t.setSystem(key, &sys), "SetSystem")
 	sys = "mutated after the call"
 	got, err := t.S.GetSession(t.Ctx, key)
 	must(t, err, "GetSession")
 	if got.System == nil || *got.System != "first" {
 		t.Fatalf("System = %v, want \"first\"", got.System)
 	}
-	must(t, t.S.SetSystem(t.Ctx, key, nil), "SetSystem(nil)")
+	must(t, t.setSystem(key, nil), "SetSystem(nil)")
 	got, err = t.S.GetSession(t.Ctx, key)
 	must(t, err, "GetSession")
 	if got.System != nil {
 		t.Fatalf("System after clearing = %q, want nil", *got.System)
 	}
-	wantErr(t, t.S.SetSystem(t.Ctx, rein.SessionKey{Owner: "alice", ID: "ses_never"}, nil), rein.ErrNotFound, "SetSystem on a missing session")
+	wantErr(t, t.setSystem(rein.SessionKey{Owner: "alice", ID: "ses_never"}, nil), rein.ErrNotFound, "SetSystem on a missing session")
+}
+
+// Tx.SetSystem commits with the rest of its Update, or not at all: a
+// failed Update leaves the override as it was, and a committed one shows
+// the override and its event together. A stale fence changes nothing.
+func testSetSystemOneWrite(t *T) {
+	key := t.newSession("alice")
+	sys := "kept"
+	must(t, t.setSystem(key, &sys), "SetSystem")
+	other := "never stored"
+	err := t.S.Update(t.Ctx, key, store.Fence{}, func(tx store.Tx) error {
+		if err := tx.SetSystem(&other); err != nil {
+			return err
+		}
+		if _, err := tx.AppendEvents(rein.NewEvent(rein.EventSystemMessage, "", rein.SystemMessagePayload{Text: other})); err != nil {
+			return err
+		}
+		return errRollback
+	})
+	wantErr(t, err, errRollback, "Update that fails after SetSystem")
+	got, err := t.S.GetSession(t.Ctx, key)
+	must(t, err, "GetSession")
+	if got.System == nil || *got.System != "kept" {
+		t.Fatalf("System after a rolled-back Update = %v, want \"kept\"", got.System)
+	}
+	if last, err := t.S.LastSeq(t.Ctx, key); err != nil || last != 0 {
+		t.Fatalf("LastSeq after a rolled-back Update = %d, %v; want 0", last, err)
+	}
+
+	l, err := t.acquireLease(key, "inst-a", "run_1", time.Minute)
+	must(t, err, "AcquireLease")
+	must(t, t.releaseLease(l), "ReleaseLease")
+	err = t.S.Update(t.Ctx, key, l.Fence(), func(tx store.Tx) error { return tx.SetSystem(&other) })
+	wantErr(t, err, rein.ErrLeaseLost, "SetSystem under a released lease's fence")
+
+	next := "next"
+	var seq int64
+	must(t, t.S.Update(t.Ctx, key, store.Fence{}, func(tx store.Tx) error {
+		if err := tx.SetSystem(&next); err != nil {
+			return err
+		}
+		next = "changed after the call"
+		evs, err := tx.AppendEvents(rein.NewEvent(rein.EventSystemMessage, "", rein.SystemMessagePayload{Text: "next"}))
+		if err != nil {
+			return err
+		}
+		seq = evs[0].Seq
+		return nil
+	}), "Update with SetSystem and its event")
+	got, err = t.S.GetSession(t.Ctx, key)
+	must(t, err, "GetSession")
+	if got.System == nil || *got.System != "next" {
+		t.Fatalf("System after the Update = %v, want \"next\"", got.System)
+	}
+	evs, _, err := t.S.ReadEvents(t.Ctx, key, 0, 10)
+	must(t, err, "ReadEvents")
+	if len(evs) != 1 || evs[0].Seq != seq || evs[0].Type != rein.EventSystemMessage {
+		t.Fatalf("events = %+v, want the one system.message at seq %d", evs, seq)
+	}
+	must(t, t.S.Update(t.Ctx, key, store.Fence{}, func(tx store.Tx) error { return tx.SetSystem(nil) }), "SetSystem(nil)")
+	got, err = t.S.GetSession(t.Ctx, key)
+	must(t, err, "GetSession")
+	if got.System != nil {
+		t.Fatalf("System after clearing = %q, want nil", *got.System)
+	}
 }
 
 // Callers must not be able to change stored state through values they

@@ -119,12 +119,12 @@ func (t *T) seedSession() (rein.SessionKey, *store.Lease) {
 	key := t.newSession("alice")
 	_, err := t.S.AppendEvents(t.Ctx, key, store.Fence{}, []rein.Event{ev(rein.EventUserMessage, "run_seed", `{"text":"hi"}`)})
 	must(t, err, "AppendEvents")
-	must(t, t.S.AppendHistory(t.Ctx, key, store.Fence{}, []rein.Message{{Role: rein.RoleUser, Text: "hi"}}), "AppendHistory")
-	must(t, t.S.CreateRun(t.Ctx, &store.RunRecord{Owner: key.Owner, SessionID: key.ID, ID: t.uniq("run_seed_"), Status: rein.StatusQueued, ClientID: "c-seed"}), "CreateRun")
-	_, _, err = t.S.PushSupplement(t.Ctx, sup(key, "sup_seed", "note"))
+	must(t, t.appendHistory(key, store.Fence{}, []rein.Message{{Role: rein.RoleUser, Text: "hi"}}), "AppendHistory")
+	must(t, t.createRun(&store.RunRecord{Owner: key.Owner, SessionID: key.ID, ID: t.uniq("run_seed_"), Status: rein.StatusQueued, ClientID: "c-seed"}), "CreateRun")
+	_, _, err = t.pushSupplement(sup(key, "sup_seed", "note"))
 	must(t, err, "PushSupplement")
-	must(t, t.S.CreateConfirmation(t.Ctx, confirmation(key, "run_seed", "call_seed")), "CreateConfirmation")
-	l, err := t.S.AcquireLease(t.Ctx, key, "inst-a", "run_seed", ttl)
+	must(t, t.createConfirmation(confirmation(key, "run_seed", "call_seed")), "CreateConfirmation")
+	l, err := t.acquireLease(key, "inst-a", "run_seed", ttl)
 	must(t, err, "AcquireLease")
 	return key, l
 }
@@ -344,7 +344,7 @@ func testUpdateAllOrNothing(t *T) {
 	_, err = t.S.GetRunByClientID(t.Ctx, key, "c-lost")
 	wantErr(t, err, rein.ErrNotFound, "GetRunByClientID of the rolled-back run")
 	// Nothing of the failed run record is left to collide with either.
-	must(t, t.S.CreateRun(t.Ctx, &store.RunRecord{Owner: key.Owner, SessionID: key.ID, ID: "run_lost", Status: rein.StatusQueued, ClientID: "c-lost"}), "CreateRun with the rolled-back id")
+	must(t, t.createRun(&store.RunRecord{Owner: key.Owner, SessionID: key.ID, ID: "run_lost", Status: rein.StatusQueued, ClientID: "c-lost"}), "CreateRun with the rolled-back id")
 	// The old lease still fences, and the log continues where it was.
 	out, err := t.S.AppendEvents(t.Ctx, key, l.Fence(), []rein.Event{ev(rein.EventMessageDelta, "run_seed", `{}`)})
 	must(t, err, "AppendEvents with the seed lease")
@@ -383,11 +383,11 @@ func testUpdateStaleFence(t *T) {
 	key := t.newSession("alice")
 	stale, cur := t.takeover(key)
 	other := t.newSession("alice")
-	foreign, err := t.S.AcquireLease(t.Ctx, other, "inst-c", "run_c", ttl)
+	foreign, err := t.acquireLease(other, "inst-c", "run_c", ttl)
 	must(t, err, "AcquireLease")
-	released, err := t.S.AcquireLease(t.Ctx, t.newSession("alice"), "inst-d", "run_d", ttl)
+	released, err := t.acquireLease(t.newSession("alice"), "inst-d", "run_d", ttl)
 	must(t, err, "AcquireLease")
-	must(t, t.S.ReleaseLease(t.Ctx, released), "ReleaseLease")
+	must(t, t.releaseLease(released), "ReleaseLease")
 	releasedKey := released.Key()
 	for _, c := range []struct {
 		what  string
@@ -420,8 +420,8 @@ func testUpdateStaleFence(t *T) {
 
 func testUpdateExpiredFence(t *T) {
 	key := t.newSession("alice")
-	must(t, t.S.CreateRun(t.Ctx, &store.RunRecord{Owner: key.Owner, SessionID: key.ID, ID: "run_1", Status: rein.StatusRunning}), "CreateRun")
-	l, err := t.S.AcquireLease(t.Ctx, key, "inst-a", "run_1", ttl)
+	must(t, t.createRun(&store.RunRecord{Owner: key.Owner, SessionID: key.ID, ID: "run_1", Status: rein.StatusRunning}), "CreateRun")
+	l, err := t.acquireLease(key, "inst-a", "run_1", ttl)
 	must(t, err, "AcquireLease")
 	t.Clock.Advance(ttl * 3)
 	t.update(key, l.Fence(), "Update with an expired, untaken fence", func(tx store.Tx) error {
@@ -454,7 +454,7 @@ func testUpdateExpiredFence(t *T) {
 // it, and afterwards the old token is lost for Updates and writes alike.
 func testUpdateAcquireInside(t *T) {
 	key := t.newSession("alice")
-	old, err := t.S.AcquireLease(t.Ctx, key, "inst-a", "run_old", ttl)
+	old, err := t.acquireLease(key, "inst-a", "run_old", ttl)
 	must(t, err, "AcquireLease")
 	t.Clock.Advance(ttl + time.Second)
 	var cur *store.Lease
@@ -506,7 +506,7 @@ func testUpdateRelease(t *T) {
 	got, err := t.S.GetLease(t.Ctx, key)
 	must(t, err, "GetLease after a stale release")
 	wantLease(t, got, cur)
-	_, err = t.S.AcquireLease(t.Ctx, key, "inst-c", "run_c", ttl)
+	_, err = t.acquireLease(key, "inst-c", "run_c", ttl)
 	wantErr(t, err, rein.ErrSessionBusy, "AcquireLease after a stale release")
 
 	t.update(key, cur.Fence(), "Update releasing the current token", func(tx store.Tx) error {
@@ -524,7 +524,7 @@ func testUpdateRelease(t *T) {
 	})
 	_, err = t.S.GetLease(t.Ctx, key)
 	wantErr(t, err, rein.ErrNotFound, "GetLease after release")
-	next, err := t.S.AcquireLease(t.Ctx, key, "inst-c", "run_c", ttl)
+	next, err := t.acquireLease(key, "inst-c", "run_c", ttl)
 	must(t, err, "AcquireLease after release")
 	if next.Token <= cur.Token {
 		t.Fatalf("token after release %d <= %d", next.Token, cur.Token)
@@ -535,7 +535,7 @@ func testUpdateRuns(t *T) {
 	key := t.newSession("alice")
 	create := func(id string, status rein.RunStatus, order int64) {
 		t.Helper()
-		must(t, t.S.CreateRun(t.Ctx, &store.RunRecord{Owner: key.Owner, SessionID: key.ID, ID: id, Status: status, QueueOrder: order}), "CreateRun "+id)
+		must(t, t.createRun(&store.RunRecord{Owner: key.Owner, SessionID: key.ID, ID: id, Status: status, QueueOrder: order}), "CreateRun "+id)
 	}
 	// Queue order first, then creation time, then id.
 	create("run_d", rein.StatusQueued, 1)
@@ -545,10 +545,10 @@ func testUpdateRuns(t *T) {
 	create("run_f", rein.StatusRunning, 0)
 	t.Clock.Advance(time.Second)
 	create("run_b", rein.StatusQueued, 1)
-	_, err := t.S.UpdateRun(t.Ctx, key, store.Fence{}, "run_f", store.RunUpdate{Status: rein.StatusCompleted, Reason: rein.ReasonStop})
+	_, err := t.updateRun(key, store.Fence{}, "run_f", store.RunUpdate{Status: rein.StatusCompleted, Reason: rein.ReasonStop})
 	must(t, err, "UpdateRun")
 	other := t.newSession("alice")
-	must(t, t.S.CreateRun(t.Ctx, &store.RunRecord{Owner: other.Owner, SessionID: other.ID, ID: "run_elsewhere", Status: rein.StatusQueued, ClientID: "c-else"}), "CreateRun elsewhere")
+	must(t, t.createRun(&store.RunRecord{Owner: other.Owner, SessionID: other.ID, ID: "run_elsewhere", Status: rein.StatusQueued, ClientID: "c-else"}), "CreateRun elsewhere")
 
 	cases := []struct {
 		statuses []rein.RunStatus
@@ -589,16 +589,16 @@ func testUpdateRuns(t *T) {
 // session fails, and the Update that returns that failure consumes none.
 func testUpdateConsume(t *T) {
 	key := t.newSession("alice")
-	_, _, err := t.S.PushSupplement(t.Ctx, sup(key, "s1", "one"))
+	_, _, err := t.pushSupplement(sup(key, "s1", "one"))
 	must(t, err, "PushSupplement")
-	_, err = t.S.ConsumeSupplements(t.Ctx, key, "run_0", 1)
+	_, err = t.consumeSupplements(key, "run_0", 1)
 	must(t, err, "ConsumeSupplements")
 	for _, id := range []string{"s2", "s3"} {
-		_, _, err := t.S.PushSupplement(t.Ctx, sup(key, id, id))
+		_, _, err := t.pushSupplement(sup(key, id, id))
 		must(t, err, "PushSupplement")
 	}
 	other := t.newSession("alice")
-	_, _, err = t.S.PushSupplement(t.Ctx, sup(other, "s_other", "elsewhere"))
+	_, _, err = t.pushSupplement(sup(other, "s_other", "elsewhere"))
 	must(t, err, "PushSupplement elsewhere")
 
 	for _, c := range []struct {
@@ -831,7 +831,7 @@ func testUpdateOtherSession(t *T) {
 // claim), neither by AcquireLease nor inside an Update.
 func testLeaseNoSelfTakeover(t *T) {
 	key := t.newSession("alice")
-	held, err := t.S.AcquireLease(t.Ctx, key, "inst-a", "run_1", ttl)
+	held, err := t.acquireLease(key, "inst-a", "run_1", ttl)
 	must(t, err, "AcquireLease")
 	t.Clock.Advance(ttl - time.Millisecond)
 	wantBusy := func(err error, what string) {
@@ -843,10 +843,10 @@ func testLeaseNoSelfTakeover(t *T) {
 		}
 	}
 	for _, holder := range []string{"inst-a", "inst-b"} {
-		_, err = t.S.AcquireLease(t.Ctx, key, holder, "run_1", ttl)
+		_, err = t.acquireLease(key, holder, "run_1", ttl)
 		wantBusy(err, "AcquireLease by the holding run on "+holder)
 	}
-	_, err = t.S.AcquireLease(t.Ctx, key, "inst-b", "run_2", ttl)
+	_, err = t.acquireLease(key, "inst-b", "run_2", ttl)
 	wantBusy(err, "AcquireLease by another run")
 	var inner error
 	err = t.S.Update(t.Ctx, key, held.Fence(), func(tx store.Tx) error {
@@ -865,10 +865,10 @@ func testLeaseNoSelfTakeover(t *T) {
 // token.
 func testLeaseSelfTakeoverAfterExpiry(t *T) {
 	key := t.newSession("alice")
-	first, err := t.S.AcquireLease(t.Ctx, key, "inst-a", "run_1", ttl)
+	first, err := t.acquireLease(key, "inst-a", "run_1", ttl)
 	must(t, err, "AcquireLease")
 	t.Clock.Advance(ttl + time.Millisecond)
-	second, err := t.S.AcquireLease(t.Ctx, key, "inst-b", "run_1", ttl)
+	second, err := t.acquireLease(key, "inst-b", "run_1", ttl)
 	must(t, err, "AcquireLease by the same run after expiry")
 	if second.Token <= first.Token || second.Holder != "inst-b" {
 		t.Fatalf("takeover lease = %+v (first token %d)", second, first.Token)
@@ -891,7 +891,7 @@ func testLeaseSelfTakeoverAfterExpiry(t *T) {
 // fences writes until a takeover (the rule of store.Fence).
 func testLeaseRenewExpired(t *T) {
 	key := t.newSession("alice")
-	l, err := t.S.AcquireLease(t.Ctx, key, "inst-a", "run_1", ttl)
+	l, err := t.acquireLease(key, "inst-a", "run_1", ttl)
 	must(t, err, "AcquireLease")
 	t.Clock.Advance(ttl + time.Millisecond)
 	_, err = t.S.RenewLease(t.Ctx, l, ttl)
@@ -901,7 +901,7 @@ func testLeaseRenewExpired(t *T) {
 	wantLease(t, got, l)
 	_, err = t.S.AppendEvents(t.Ctx, key, l.Fence(), []rein.Event{ev(rein.EventMessageDelta, "run_1", `{}`)})
 	must(t, err, "AppendEvents with an expired, untaken, unrenewable lease")
-	taken, err := t.S.AcquireLease(t.Ctx, key, "inst-b", "run_2", ttl)
+	taken, err := t.acquireLease(key, "inst-b", "run_2", ttl)
 	must(t, err, "AcquireLease after a refused renewal")
 	_, err = t.S.RenewLease(t.Ctx, l, ttl)
 	wantErr(t, err, rein.ErrLeaseLost, "RenewLease after takeover")
@@ -913,8 +913,8 @@ func testRunNewFields(t *T) {
 	key := t.newSession("alice")
 	two := 2
 	rec := &store.RunRecord{Owner: key.Owner, SessionID: key.ID, ID: "run_1", Status: rein.StatusRunning, ClientID: "c-1",
-		Resumes: 1, Stop: "interrupt", RolledBack: true}
-	must(t, t.S.CreateRun(t.Ctx, rec), "CreateRun")
+		Resumes: 1, Stop: store.StopInterrupt, RolledBack: true}
+	must(t, t.createRun(rec), "CreateRun")
 	want := *rec
 	want.CreatedAt = t.now()
 	check := func(what string) {
@@ -958,13 +958,13 @@ func testRunNewFields(t *T) {
 	check("after CreateRun")
 
 	// Zero fields leave them alone.
-	got, err := t.S.UpdateRun(t.Ctx, key, store.Fence{}, "run_1", store.RunUpdate{Instance: "inst-b"})
+	got, err := t.updateRun(key, store.Fence{}, "run_1", store.RunUpdate{Instance: "inst-b"})
 	must(t, err, "UpdateRun")
 	want.Instance = "inst-b"
 	wantRun(t, got, &want)
 	check("after an update of other fields")
 
-	got, err = t.S.UpdateRun(t.Ctx, key, store.Fence{}, "run_1", store.RunUpdate{Resumes: &two, Stop: "rollback"})
+	got, err = t.updateRun(key, store.Fence{}, "run_1", store.RunUpdate{Resumes: &two, Stop: store.StopRollback})
 	must(t, err, "UpdateRun")
 	want.Resumes, want.Stop = 2, "rollback"
 	wantRun(t, got, &want)
@@ -982,10 +982,10 @@ func testRunNewFields(t *T) {
 	check("after Tx.UpdateRun")
 
 	// A fresh run has the zero values.
-	must(t, t.S.CreateRun(t.Ctx, &store.RunRecord{Owner: key.Owner, SessionID: key.ID, ID: "run_2", Status: rein.StatusQueued}), "CreateRun")
+	must(t, t.createRun(&store.RunRecord{Owner: key.Owner, SessionID: key.ID, ID: "run_2", Status: rein.StatusQueued}), "CreateRun")
 	plain, err := t.S.GetRun(t.Ctx, key, "run_2")
 	must(t, err, "GetRun")
-	if plain.Resumes != 0 || plain.Stop != "" || plain.RolledBack {
+	if plain.Resumes != 0 || plain.Stop != store.StopNone || plain.RolledBack {
 		t.Fatalf("fresh run = %+v, want zero Resumes, Stop and RolledBack", plain)
 	}
 }
@@ -995,7 +995,7 @@ func testRunNewFields(t *T) {
 // writes commits (the admission of a client_id repeat relies on it).
 func testUpdateRefusedCreateRun(t *T) {
 	key := t.newSession("alice")
-	must(t, t.S.CreateRun(t.Ctx, &store.RunRecord{Owner: key.Owner, SessionID: key.ID, ID: "run_1", Status: rein.StatusQueued, ClientID: "c-1"}), "CreateRun")
+	must(t, t.createRun(&store.RunRecord{Owner: key.Owner, SessionID: key.ID, ID: "run_1", Status: rein.StatusQueued, ClientID: "c-1"}), "CreateRun")
 	t.update(key, store.Fence{}, "Update", func(tx store.Tx) error {
 		err := tx.CreateRun(&store.RunRecord{Owner: key.Owner, SessionID: key.ID, ID: "run_1", Status: rein.StatusQueued})
 		if !errors.Is(err, rein.ErrConflict) {
