@@ -16,6 +16,7 @@ import type {
   Session,
   SessionDetail,
   SessionList,
+  SessionSummary,
   StopMode,
   StopResult,
   WhenBusy,
@@ -48,7 +49,7 @@ export interface CallOptions {
 /** Options of createSession. */
 export interface CreateSessionOptions extends CallOptions {
   /** A caller-chosen id (1–128 of `A-Z a-z 0-9 . _ : -`): creating it again
-   * answers the same session unchanged, on servers that support it. */
+   * answers the same session unchanged (another owner's id is a 409 `conflict`). */
   id?: string;
   /** A name for people. */
   title?: string;
@@ -137,12 +138,43 @@ export class ReinClient {
     return (await this.#call("GET", sessionPath(sessionId), opts)) as SessionDetail;
   }
 
-  /** Lists the caller's sessions, newest first (`GET /api/sessions`). */
+  /** Changes a session's title or metadata (`PATCH /api/sessions/{id}`): a
+   * field left out stays; `metadata` replaces the whole object; a title of
+   * `""` leaves the session untitled for good. Answers the session as `getSession`. */
+  async updateSession(
+    sessionId: string,
+    change: { title?: string; metadata?: { [key: string]: JSONValue } },
+    opts: CallOptions = {},
+  ): Promise<SessionDetail> {
+    const body: { [k: string]: unknown } = {};
+    if (change.title !== undefined) body["title"] = change.title;
+    if (change.metadata !== undefined) body["metadata"] = change.metadata;
+    return (await this.#call("PATCH", sessionPath(sessionId), { body, signal: opts.signal })) as SessionDetail;
+  }
+
+  /** Reads one page of the caller's sessions, newest first (`GET
+   * /api/sessions`); `after` is the previous page's `next`. */
   async listSessions(opts: CallOptions & { limit?: number; after?: string } = {}): Promise<SessionList> {
     const query: Record<string, string> = {};
     if (opts.limit !== undefined) query["limit"] = String(opts.limit);
     if (opts.after !== undefined) query["after"] = opts.after;
     return (await this.#call("GET", "/api/sessions", { query, signal: opts.signal })) as SessionList;
+  }
+
+  /** Every session of the caller, newest first, page by page (the cursor
+   * is a position: sessions created meanwhile never shift the pages). */
+  async *sessions(opts: CallOptions & { pageSize?: number } = {}): AsyncGenerator<SessionSummary, void, undefined> {
+    let after: string | undefined;
+    for (;;) {
+      const page = await this.listSessions({
+        ...(opts.signal !== undefined ? { signal: opts.signal } : {}),
+        ...(opts.pageSize !== undefined ? { limit: opts.pageSize } : {}),
+        ...(after !== undefined ? { after } : {}),
+      });
+      yield* page.sessions;
+      if (page.next === null || page.next === undefined || page.next === "") return;
+      after = page.next;
+    }
   }
 
   /** Deletes a session and everything below it (`DELETE /api/sessions/{id}`);

@@ -19,18 +19,26 @@ export type StopMode = "cancel" | "interrupt";
 /** Any JSON value. */
 export type JSONValue = null | boolean | number | string | JSONValue[] | { [key: string]: JSONValue };
 
-/** A session as `POST /api/sessions` and `GET /api/sessions` answer it. */
+/** A session as `POST /api/sessions` and `PATCH /api/sessions/{id}` answer it. */
 export interface Session {
   id: string;
+  /** A name for people: given, set by PATCH, or the first message's first line; null until then. */
+  title: string | null;
   created_at: string;
   metadata: { [key: string]: JSONValue };
   agent: string;
   parent_session_id: string | null;
-  /** The session's title, on servers that keep one. */
-  title?: string | null;
-  /** `idle` or `busy`, on list items and `GET /api/sessions/{id}`. */
-  state?: "idle" | "busy";
   [key: string]: unknown;
+}
+
+/** An item of `GET /api/sessions`: the session and what it is doing. */
+export interface SessionSummary extends Session {
+  /** `busy` while a run of the session is running or queued. */
+  state: "idle" | "busy";
+  /** How many tool calls wait for an answer. */
+  pending_confirmations: number;
+  /** When the session's last event was logged; null for none. */
+  last_event_at: string | null;
 }
 
 /** A tool call waiting for a person's answer. */
@@ -51,11 +59,11 @@ export interface SessionDetail extends Session {
   pending_confirmations: PendingConfirmation[];
 }
 
-/** A page of `GET /api/sessions`. `next` is the cursor of the next page,
- * on servers that page the list (absent or null: no more). */
+/** A page of `GET /api/sessions`. `next` is the cursor of the following
+ * page (pass it as `after`), null on the last page. */
 export interface SessionList {
-  sessions: Session[];
-  next?: string | null;
+  sessions: SessionSummary[];
+  next: string | null;
 }
 
 /** A run record (`GET /api/sessions/{id}/runs[/{run_id}]`). */

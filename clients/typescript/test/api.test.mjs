@@ -1,11 +1,14 @@
 // The client against a real `rein serve`: sessions, a run streamed to its
-// end, a queued message, stops, a note, a confirmation, errors and aborts.
+// end, a queued message, stops, a note, a confirmation, errors, aborts,
+// caller-chosen ids, titles and the paged list.
 
 import assert from "node:assert/strict";
+import { writeFileSync } from "node:fs";
+import path from "node:path";
 import { test } from "node:test";
 
 import { ReinClient, ReinError } from "../dist/index.js";
-import { assertContiguous, readLog, readUntil, serve } from "./helpers.mjs";
+import { assertContiguous, readLog, readUntil, serve, tempDir } from "./helpers.mjs";
 
 const completedOf = (runId) => (ev) => ev.type === "session.run_completed" && ev.payload.run_id === runId;
 
@@ -13,6 +16,7 @@ test("create, send, stream a run to its end, read it back, delete", async (t) =>
   const { client } = await serve(t);
   const s = await client.createSession({ metadata: { project: "ts" }, system: "be brief", title: "first" });
   assert.match(s.id, /^ses_/);
+  assert.equal(s.title, "first");
   assert.deepEqual(s.metadata, { project: "ts" });
   assert.equal(s.agent, "default");
 
@@ -244,4 +248,53 @@ test("an AbortSignal ends a call and an event stream; aborting stops no run", as
   assert.equal((await run.stop()).accepted, true);
   // done() of an unknown run is a 404, not a wait forever.
   await assert.rejects(client.run(s.id, "run_unknown").done(), (e) => e.status === 404);
+});
+
+test("caller-chosen ids are idempotent per owner; titles; PATCH; the paged list", async (t) => {
+  const tokens = path.join(tempDir(t), "tokens");
+  writeFileSync(tokens, "tok-alice-123456 alice\ntok-bob-12345678 bob\n");
+  const { proc, client: alice } = await serve(t, { token: "tok-alice-123456" }, ["--tokens", tokens]);
+  const bob = new ReinClient({ baseUrl: proc.url, token: "tok-bob-12345678" });
+
+  const s = await alice.createSession({ id: "ticket:4711", title: "Refund for order 4711", metadata: { customer: "c_93" } });
+  assert.equal(s.id, "ticket:4711");
+  assert.equal(s.title, "Refund for order 4711");
+  // Again: the same session, unchanged (the other fields are not applied).
+  const again = await alice.createSession({ id: "ticket:4711", title: "other" });
+  assert.equal(again.created_at, s.created_at);
+  assert.equal(again.title, "Refund for order 4711");
+  // Another owner's id: a conflict that says nothing else; the session stays invisible to bob.
+  const clash = await bob.createSession({ id: "ticket:4711" }).then(() => null, (e) => e);
+  assert.equal(clash?.status, 409);
+  assert.equal(clash?.code, "conflict");
+  await assert.rejects(bob.getSession("ticket:4711"), (e) => e.status === 404);
+  const bad = await alice.createSession({ id: "no spaces" }).then(() => null, (e) => e);
+  assert.equal(bad?.param, "id");
+
+  const patched = await alice.updateSession(s.id, { title: "Refund approved", metadata: { customer: "c_93", stage: "done" } });
+  assert.equal(patched.title, "Refund approved");
+  assert.deepEqual(patched.metadata, { customer: "c_93", stage: "done" });
+  assert.equal(patched.state, "idle");
+
+  // Untitled: the first message's first line names it.
+  const u = await alice.createSession();
+  assert.equal(u.title, null);
+  await (await alice.send(u.id, "hello from a list\nsecond line")).done();
+  assert.equal((await alice.getSession(u.id)).title, "hello from a list");
+
+  const third = await alice.createSession({ id: "third" });
+  const first = await alice.listSessions({ limit: 2 });
+  assert.deepEqual(first.sessions.map((x) => x.id), [third.id, u.id]);
+  assert.ok(first.next);
+  const second = await alice.listSessions({ limit: 2, after: first.next });
+  assert.deepEqual(second.sessions.map((x) => x.id), [s.id]);
+  assert.equal(second.next, null);
+  const item = first.sessions[1];
+  assert.equal(item.state, "idle");
+  assert.equal(item.pending_confirmations, 0);
+  assert.ok(item.last_event_at);
+  const all = [];
+  for await (const x of alice.sessions({ pageSize: 1 })) all.push(x.id);
+  assert.deepEqual(all, [third.id, u.id, s.id]);
+  assert.deepEqual((await bob.listSessions()).sessions, []);
 });

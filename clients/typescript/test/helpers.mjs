@@ -35,7 +35,8 @@ const listening = /msg="rein serve listening"(?: \S+)*? url=(http:\/\/\S+)/;
 /**
  * Starts `rein serve` and resolves once it answers /readyz. The process is
  * killed when the test ends; its log is printed if the test failed.
- * opts: store (an --store value), workspace, addr (default 127.0.0.1:0).
+ * opts: store (an --store value), workspace, addr (default 127.0.0.1:0),
+ * args (more flags).
  */
 export async function startServe(t, opts) {
   const args = [
@@ -45,6 +46,7 @@ export async function startServe(t, opts) {
     "--model", "scripted:" + script,
     "--lease-ttl", "1s",
     "--workspace", opts.workspace,
+    ...(opts.args ?? []),
   ];
   // A developer's REIN_* settings must not change the server's flags.
   const env = Object.fromEntries(Object.entries(process.env).filter(([k]) => !k.startsWith("REIN_")));
@@ -103,10 +105,10 @@ export async function startServe(t, opts) {
   return proc;
 }
 
-/** A server on a fresh store, and a client of it. */
-export async function serve(t, clientOpts = {}) {
+/** A server on a fresh store (with more flags, args), and a client of it. */
+export async function serve(t, clientOpts = {}, args = []) {
   const dir = tempDir(t);
-  const proc = await startServe(t, { store: "sqlite:" + path.join(dir, "rein.db"), workspace: path.join(dir, "workspace") });
+  const proc = await startServe(t, { store: "sqlite:" + path.join(dir, "rein.db"), workspace: path.join(dir, "workspace"), args });
   const client = new ReinClient({ baseUrl: proc.url, reconnect: { initialDelayMs: 20, maxDelayMs: 200 }, ...clientOpts });
   return { proc, client, dir };
 }
