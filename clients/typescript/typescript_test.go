@@ -34,6 +34,15 @@ func TestNodeClient(t *testing.T) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Minute)
 	defer cancel()
+	dir, err := filepath.Abs(".")
+	if err != nil {
+		t.Fatal(err)
+	}
+	version := strings.TrimSpace(run(ctx, t, dir, nil, node, "--version"))
+	var major int
+	if _, err := fmt.Sscanf(version, "v%d.", &major); err != nil || major < 20 {
+		t.Skipf("node %s is older than 20, which the TypeScript client needs", version)
+	}
 
 	bin := filepath.Join(t.TempDir(), "rein")
 	if runtime.GOOS == "windows" {
@@ -43,11 +52,6 @@ func TestNodeClient(t *testing.T) {
 	// detector's slowdown would only stretch the suite.
 	run(ctx, t, "", nil, goTool, "build", "-o", bin, "github.com/reinhq/rein/cmd/rein")
 
-	dir, err := filepath.Abs(".")
-	if err != nil {
-		t.Fatal(err)
-	}
-	run(ctx, t, dir, nil, node, "--version")
 	run(ctx, t, dir, nil, npm, "ci", "--no-audit", "--no-fund")
 	run(ctx, t, dir, nil, npm, "run", "build")
 	// The test files by name: given a directory, node --test would also

@@ -3,7 +3,7 @@
 // from the server, so two clients (or a client and the web console) never
 // disagree about what happened.
 
-import { errorFromResponse, ReinError } from "./errors.js";
+import { errorFromResponse } from "./errors.js";
 import { Run } from "./run.js";
 import { EventStream, StreamShapeError, type EventStreamOptions, type ReconnectOptions, type StreamTransport } from "./stream.js";
 import type {
@@ -380,4 +380,3 @@ function dropUndefined(o: SubmittedEvent["payload"]): { [key: string]: JSONValue
   return out;
 }
 
-export { ReinError };
