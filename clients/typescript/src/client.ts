@@ -337,7 +337,10 @@ export class ReinClient {
   }
 
   async #openStream(sessionId: string, after: number, lastEventId: number | undefined, signal: AbortSignal): Promise<Response> {
-    const extra: Record<string, string> = { Accept: "text/event-stream", "Cache-Control": "no-cache" };
+    // Only headers the server's CORS answer allows (Authorization,
+    // Content-Type, Last-Event-ID, X-Request-Id) or that need no preflight:
+    // a browser on another origin refuses the request otherwise.
+    const extra: Record<string, string> = { Accept: "text/event-stream" };
     if (lastEventId !== undefined) extra["Last-Event-ID"] = String(lastEventId);
     const res = await this.#fetch(this.#url(sessionPath(sessionId, "events", "stream"), { after: String(after) }), {
       method: "GET",

@@ -129,3 +129,29 @@ test("an error body that is not Rein's still gives a ReinError", async (t) => {
   assert.equal(e.status, 502);
   assert.equal(e.code, "http_502");
 });
+
+test("requests carry only headers a CORS preflight of the server allows", async (t) => {
+  const { client: base } = await playServer(t, [{ body: frame(ev(1)) }, { body: frame(ev(2)) }]);
+  const sent = new Set();
+  const client = new ReinClient({
+    baseUrl: base.baseUrl,
+    token: "tok",
+    reconnect: { initialDelayMs: 1, maxDelayMs: 5 },
+    fetch: (url, init) => {
+      for (const k of Object.keys(init?.headers ?? {})) sent.add(k.toLowerCase());
+      return fetch(url, init);
+    },
+  });
+  const got = [];
+  for await (const e of client.events("s")) {
+    got.push(e.seq);
+    if (e.seq === 2) break;
+  }
+  await client.note("s", "n").catch(() => {});
+  assert.deepEqual(got, [1, 2]);
+  // Accept needs no preflight; the others are in the server's
+  // Access-Control-Allow-Headers (docs/api.md, CORS).
+  const allowed = new Set(["accept", "authorization", "content-type", "last-event-id", "x-request-id"]);
+  for (const h of sent) assert.ok(allowed.has(h), `the client sends ${h}, which a browser would preflight and the server does not allow`);
+  assert.ok(sent.has("last-event-id") && sent.has("authorization") && sent.has("content-type"));
+});
