@@ -16,9 +16,9 @@ import (
 // TestNodeClient builds rein, installs the client's one dev dependency
 // from the committed lockfile (npm ci), builds the client with tsc and
 // runs its node --test suite against the binary (REIN_BIN), which the
-// suite starts as `rein serve` on temporary SQLite stores. It skips when
-// node or npm is not on PATH: the client is TypeScript, and Node is what
-// runs it.
+// suite starts as `rein serve` on temporary SQLite stores; then the built
+// client runs in headless Chromium (browser_test.go). It skips when node
+// or npm is not on PATH: the client is TypeScript, and Node builds it.
 func TestNodeClient(t *testing.T) {
 	if testing.Short() {
 		t.Skip("-short: the TypeScript client's suite starts real servers")
@@ -68,6 +68,8 @@ func TestNodeClient(t *testing.T) {
 			t.Log(strings.TrimSpace(sc.Text()))
 		}
 	}
+
+	t.Run("browser", func(t *testing.T) { testBrowser(ctx, t, bin, dir) })
 }
 
 // run runs a command in dir with env added to the test's environment
@@ -78,12 +80,7 @@ func run(ctx context.Context, t *testing.T, dir string, env []string, name strin
 	t.Helper()
 	cmd := exec.CommandContext(ctx, name, args...)
 	cmd.Dir = dir
-	for _, kv := range os.Environ() {
-		if !strings.HasPrefix(kv, "REIN_") {
-			cmd.Env = append(cmd.Env, kv)
-		}
-	}
-	cmd.Env = append(cmd.Env, env...)
+	cmd.Env = append(withoutRein(os.Environ()), env...)
 	start := time.Now()
 	out, err := cmd.CombinedOutput()
 	line := fmt.Sprintf("%s %s (%s)", filepath.Base(name), strings.Join(args, " "), time.Since(start).Round(time.Millisecond))
