@@ -155,3 +155,32 @@ test("requests carry only headers a CORS preflight of the server allows", async 
   for (const h of sent) assert.ok(allowed.has(h), `the client sends ${h}, which a browser would preflight and the server does not allow`);
   assert.ok(sent.has("last-event-id") && sent.has("authorization") && sent.has("content-type"));
 });
+
+test("a connection silent past the idle timeout is made again from the last event", async (t) => {
+  const held = [];
+  let n = 0;
+  const server = http.createServer((req, res) => {
+    n++;
+    res.writeHead(200, { "Content-Type": "text/event-stream" });
+    if (n === 1) {
+      // One event, then silence: no event, no keepalive, no end.
+      res.write(frame(ev(1)));
+      held.push(res);
+      return;
+    }
+    res.end(frame(ev(2)));
+  });
+  await new Promise((r) => server.listen(0, "127.0.0.1", r));
+  t.after(() => {
+    for (const r of held) r.destroy();
+    return new Promise((r) => server.close(r));
+  });
+  const client = new ReinClient({ baseUrl: `http://127.0.0.1:${server.address().port}`, idleTimeoutMs: 200 });
+  const got = [];
+  for await (const e of client.events("s")) {
+    got.push(e.seq);
+    if (e.seq === 2) break;
+  }
+  assert.deepEqual(got, [1, 2]);
+  assert.equal(n, 2);
+});
