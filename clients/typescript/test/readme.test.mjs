@@ -38,6 +38,7 @@ test("the README's complete example runs", async (t) => {
     /queued: QUEUED/,
     /busy with run_\w+/,
     /long run: interrupted, queued run: CANCELLED/,
+    /stopped by client id: CANCELLED/,
   ]) {
     assert.match(out, want);
   }
