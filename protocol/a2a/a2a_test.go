@@ -355,6 +355,24 @@ func TestSendBlockingAndGet(t *testing.T) {
 	})
 }
 
+func TestClientChosenContext(t *testing.T) {
+	forBindings(t, func(t *testing.T, s *stack, c *a2aclient.Client, ctx context.Context, _ a2a.TransportProtocol) {
+		first := send(t, c, ctx, inContext("one", "my-chat.1"), false)
+		second := send(t, c, ctx, inContext("two", "my-chat.1"), false)
+		if first.ContextID != "my-chat.1" || second.ContextID != "my-chat.1" || first.ID == second.ID {
+			t.Fatalf("tasks %s in %q and %s in %q, want two tasks in my-chat.1", first.ID, first.ContextID, second.ID, second.ContextID)
+		}
+		// The context is the session: the native API has it, both runs in it.
+		runs, err := s.svc.ListRuns(ctx, keyOf("alice", "my-chat.1"))
+		if err != nil || len(runs) != 2 {
+			t.Errorf("native runs of my-chat.1: %d %v", len(runs), err)
+		}
+		if _, err := c.SendMessage(ctx, &a2a.SendMessageRequest{Message: inContext("bad", "no spaces allowed")}); !errors.Is(err, a2a.ErrInvalidParams) {
+			t.Errorf("an invalid context id: %v", err)
+		}
+	})
+}
+
 func TestSendNonBlockingThenSubscribe(t *testing.T) {
 	forBindings(t, func(t *testing.T, s *stack, c *a2aclient.Client, ctx context.Context, _ a2a.TransportProtocol) {
 		task := send(t, c, ctx, userText("gate 1"), true)
@@ -631,6 +649,11 @@ func TestOwnerIsolation(t *testing.T) {
 		if err != nil || list.TotalSize != 0 || len(list.Tasks) != 0 {
 			t.Errorf("bob lists alice's context: %+v %v", list, err)
 		}
+		// Alice's context id is not bob's to use: refused, nothing applied.
+		if _, err := bob.SendMessage(bctx, &a2a.SendMessageRequest{Message: inContext("mine too", task.ContextID)}); !errors.Is(err, a2a.ErrInvalidParams) {
+			t.Errorf("bob's message to alice's context: %v", err)
+		}
+		s.noSessions(t, "bob")
 		note := userText("hijack")
 		note.TaskID = task.ID
 		if _, err := bob.SendMessage(bctx, &a2a.SendMessageRequest{Message: note}); !errors.Is(err, a2a.ErrTaskNotFound) {

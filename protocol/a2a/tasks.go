@@ -205,6 +205,10 @@ func (q *requests) context(ctx context.Context, c caller, contextID string) (rei
 		}
 		return key, toA2A(q.log, err)
 	}
+	if agentOf(sess) != c.agent {
+		// Created meanwhile by a first message to another agent.
+		return key, invalidParams("message.contextId", "context %q belongs to the agent %q, not %q", contextID, agentOf(sess), c.agent)
+	}
 	return sess.Key(), nil
 }
 
