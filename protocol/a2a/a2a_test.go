@@ -7,6 +7,9 @@ import (
 	"fmt"
 	"net/http"
 	"net/http/httptest"
+	"os"
+	"os/exec"
+	"path/filepath"
 	"slices"
 	"strings"
 	"sync"
@@ -736,3 +739,40 @@ func TestMalformedWire(t *testing.T) {
 }
 
 func keyOf(owner, id string) rein.SessionKey { return rein.SessionKey{Owner: owner, ID: id} }
+
+// TestNodeSDK runs the JavaScript SDK's interop test (testdata/node,
+// @a2a-js/sdk pinned by its lockfile) against a server. Without node on
+// PATH it is skipped, unless REIN_REQUIRE_NODE is set (CI sets it).
+func TestNodeSDK(t *testing.T) {
+	if testing.Short() {
+		t.Skip("installs npm packages")
+	}
+	node, err := exec.LookPath("node")
+	npm, err2 := exec.LookPath("npm")
+	if err != nil || err2 != nil {
+		if os.Getenv("REIN_REQUIRE_NODE") != "" {
+			t.Fatal("node and npm are required (REIN_REQUIRE_NODE is set)")
+		}
+		t.Skip("node or npm is not on PATH")
+	}
+	dir, err := filepath.Abs("testdata/node")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ci := exec.Command(npm, "ci", "--no-audit", "--no-fund")
+	ci.Dir = dir
+	if out, err := ci.CombinedOutput(); err != nil {
+		t.Fatalf("npm ci: %v\n%s", err, out)
+	}
+	s := newStack(t)
+	cmd := exec.Command(node, "--test")
+	cmd.Dir = dir
+	cmd.Env = append(os.Environ(), "REIN_URL="+s.url, "REIN_TOKEN="+aliceToken)
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		t.Fatalf("node --test: %v\n%s", err, out)
+	}
+	if !strings.Contains(string(out), "# fail 0") || !strings.Contains(string(out), "# pass 6") {
+		t.Fatalf("node --test did not pass its 6 tests:\n%s", out)
+	}
+}
