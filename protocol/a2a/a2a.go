@@ -149,7 +149,13 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 	}
+	if r.ContentLength > h.o.MaxBodyBytes {
+		writeHTTPError(w, http.StatusRequestEntityTooLarge, "PAYLOAD_TOO_LARGE", fmt.Sprintf("the request body exceeds %d bytes", h.o.MaxBodyBytes))
+		return
+	}
 	r = r.WithContext(context.WithValue(r.Context(), callerKey{}, caller{owner: owner, agent: agentName}))
+	// A body that grows past the bound while read (no Content-Length)
+	// fails to decode: a parse error, nothing applied.
 	r.Body = http.MaxBytesReader(w, r.Body, h.o.MaxBodyBytes)
 	switch {
 	case tail == "" || tail == "/":
