@@ -548,29 +548,32 @@ func (q *requests) GetExtendedAgentCard(context.Context, *a2a.GetExtendedAgentCa
 
 // ------------------------------------------------------------- the log
 
-// findTask finds the caller's run with that id among the sessions of the
-// agent addressed; another owner's run, or another agent's, is not found.
+// findTask finds the caller's run with that id (sessions.FindRun: one
+// read where the store locates runs); another owner's run, or another
+// agent's, is not found, exactly like an unknown one.
 func (q *requests) findTask(ctx context.Context, c caller, id a2a.TaskID) (rein.SessionKey, *store.RunRecord, error) {
 	if id == "" {
 		return rein.SessionKey{}, nil, invalidParams("id", "a task id is required")
 	}
-	list, err := q.svc.ListSessions(ctx, c.owner)
+	notFound := a2a.NewError(a2a.ErrTaskNotFound, fmt.Sprintf("no task %q", id))
+	rec, err := q.svc.FindRun(ctx, c.owner, string(id))
+	if rein.CodeOf(err) == rein.CodeNotFound {
+		return rein.SessionKey{}, nil, notFound
+	}
 	if err != nil {
 		return rein.SessionKey{}, nil, toA2A(q.log, err)
 	}
-	for _, s := range list {
-		if agentOf(s) != c.agent {
-			continue
-		}
-		rec, err := q.svc.GetRun(ctx, s.Key(), string(id))
-		switch {
-		case err == nil:
-			return s.Key(), rec, nil
-		case rein.CodeOf(err) != rein.CodeNotFound:
-			return rein.SessionKey{}, nil, toA2A(q.log, err)
-		}
+	key := rein.SessionKey{Owner: c.owner, ID: rec.SessionID}
+	info, err := q.svc.GetSession(ctx, key)
+	switch {
+	case rein.CodeOf(err) == rein.CodeNotFound:
+		return rein.SessionKey{}, nil, notFound
+	case err != nil:
+		return rein.SessionKey{}, nil, toA2A(q.log, err)
+	case agentOf(info.Session) != c.agent:
+		return rein.SessionKey{}, nil, notFound
 	}
-	return rein.SessionKey{}, nil, a2a.NewError(a2a.ErrTaskNotFound, fmt.Sprintf("no task %q", id))
+	return key, rec, nil
 }
 
 // fold folds one run's events into its task.
