@@ -19,6 +19,7 @@ import (
 	"github.com/a2aproject/a2a-go/v2/a2a"
 	"github.com/a2aproject/a2a-go/v2/a2aclient"
 	"github.com/a2aproject/a2a-go/v2/a2aclient/agentcard"
+	"github.com/jackc/pgx/v5"
 	"go.uber.org/goleak"
 
 	"github.com/reinhq/rein"
@@ -27,7 +28,9 @@ import (
 	"github.com/reinhq/rein/internal/reintest"
 	"github.com/reinhq/rein/server"
 	"github.com/reinhq/rein/sessions"
+	"github.com/reinhq/rein/store"
 	"github.com/reinhq/rein/store/memory"
+	"github.com/reinhq/rein/store/postgres"
 	"github.com/reinhq/rein/tool"
 )
 
@@ -87,9 +90,17 @@ type stack struct {
 func newStack(t *testing.T) *stack {
 	t.Helper()
 	st := memory.New()
+	t.Cleanup(func() { _ = st.Close() }) // after the stack's own cleanup
+	return newInstance(t, st, "")
+}
+
+// newInstance is a stack over a store that other instances may share;
+// instance names it among them ("": the service's default).
+func newInstance(t *testing.T, st store.Store, instance string) *stack {
+	t.Helper()
 	g := newGate()
 	svc, err := reintest.ServiceWithTools("testdata/script.yaml", st, func(c *sessions.Config) {
-		c.Workspace = t.TempDir()
+		c.Workspace, c.Instance = t.TempDir(), instance
 	}, g)
 	if err != nil {
 		t.Fatal(err)
@@ -109,7 +120,6 @@ func newStack(t *testing.T) *stack {
 		g.Open()
 		_ = svc.Close()
 		ts.Close()
-		_ = st.Close()
 	})
 	return &stack{url: ts.URL, svc: svc, gate: g}
 }
@@ -775,4 +785,60 @@ func TestNodeSDK(t *testing.T) {
 	if !strings.Contains(string(out), "# fail 0") || !strings.Contains(string(out), "# pass 6") {
 		t.Fatalf("node --test did not pass its 6 tests:\n%s", out)
 	}
+}
+
+// TestTwoInstances drives one task through two instances sharing a
+// PostgreSQL store: a stream on B of a run that A executes, and an exact
+// cancel on B of A's task. Nothing of a task lives in an instance's
+// memory.
+func TestTwoInstances(t *testing.T) {
+	dsn := os.Getenv("REIN_TEST_POSTGRES_DSN")
+	if dsn == "" {
+		t.Skip("REIN_TEST_POSTGRES_DSN not set")
+	}
+	st := openPostgres(t, dsn)
+	t.Cleanup(func() { _ = st.Close() })
+	a, b := newInstance(t, st, "a"), newInstance(t, st, "b")
+	for _, binding := range bindings {
+		t.Run(string(binding), func(t *testing.T) {
+			ca, actx := a.client(t, binding, aliceToken)
+			cb, bctx := b.client(t, binding, aliceToken)
+			task := send(t, ca, actx, userText("long on a"), true)
+			waitUntil(t, cb, bctx, task.ID, toolUse) // streamed by B
+			rec, err := b.svc.GetRun(bctx, keyOf("alice", task.ContextID), string(task.ID))
+			if err != nil || rec.Instance != "a" {
+				t.Fatalf("the run is executed by %q (%v), want instance a", rec.Instance, err)
+			}
+			got, err := cb.CancelTask(bctx, &a2a.CancelTaskRequest{ID: task.ID})
+			if err != nil || got.Status.State != a2a.TaskStateCanceled {
+				t.Fatalf("B's cancel of A's task: %+v %v", got, err)
+			}
+			if got, err := ca.GetTask(actx, &a2a.GetTaskRequest{ID: task.ID}); err != nil || got.Status.State != a2a.TaskStateCanceled {
+				t.Errorf("A's view after B's cancel: %+v %v", got, err)
+			}
+		})
+	}
+}
+
+// openPostgres opens a PostgreSQL store in a fresh schema that t's cleanup
+// drops.
+func openPostgres(t *testing.T, dsn string) store.Store {
+	t.Helper()
+	schema := fmt.Sprintf("a2a_test_%d", time.Now().UnixNano())
+	st, err := postgres.Open(context.Background(), dsn, postgres.Options{Schema: schema})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		conn, err := pgx.Connect(context.Background(), dsn)
+		if err != nil {
+			t.Errorf("drop schema %s: %v", schema, err)
+			return
+		}
+		defer conn.Close(context.Background())
+		if _, err := conn.Exec(context.Background(), "DROP SCHEMA "+schema+" CASCADE"); err != nil {
+			t.Errorf("drop schema %s: %v", schema, err)
+		}
+	})
+	return st
 }
