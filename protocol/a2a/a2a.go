@@ -118,6 +118,8 @@ func New(o Options) *Handler {
 // caller is who a request is from and which agent it addresses.
 type caller struct {
 	owner, agent string
+	// mode is the HTTP+JSON query's rein_mode (nil: none given).
+	mode *string
 }
 
 type callerKey struct{}
@@ -153,7 +155,11 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		writeHTTPError(w, http.StatusRequestEntityTooLarge, "PAYLOAD_TOO_LARGE", fmt.Sprintf("the request body exceeds %d bytes", h.o.MaxBodyBytes))
 		return
 	}
-	r = r.WithContext(context.WithValue(r.Context(), callerKey{}, caller{owner: owner, agent: agentName}))
+	who := caller{owner: owner, agent: agentName}
+	if v, ok := r.URL.Query()[metaMode]; ok && len(v) > 0 {
+		who.mode = &v[0]
+	}
+	r = r.WithContext(context.WithValue(r.Context(), callerKey{}, who))
 	// A body that grows past the bound while read (no Content-Length)
 	// fails to decode: a parse error, nothing applied.
 	r.Body = http.MaxBytesReader(w, r.Body, h.o.MaxBodyBytes)

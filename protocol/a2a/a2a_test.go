@@ -260,13 +260,16 @@ func isState(s a2a.TaskState) func(a2a.Event) bool {
 }
 
 // toolUse reports an update announcing a tool call.
-func toolUse(ev a2a.Event) bool {
+func toolUse(ev a2a.Event) bool { return hasData(ev, "tool_use") }
+
+// hasData reports a status update whose message has a data part with key.
+func hasData(ev a2a.Event, key string) bool {
 	u, ok := ev.(*a2a.TaskStatusUpdateEvent)
 	if !ok || u.Status.Message == nil {
 		return false
 	}
 	for _, p := range u.Status.Message.Parts {
-		if m, ok := p.Data().(map[string]any); ok && m["tool_use"] != nil {
+		if m, ok := p.Data().(map[string]any); ok && m[key] != nil {
 			return true
 		}
 	}
@@ -576,6 +579,18 @@ func TestNoteToWorkingTask(t *testing.T) {
 		if got := replyText(t, done); got != "hints=[use blue]" {
 			t.Errorf("the next step saw %q, want the note", got)
 		}
+		// The note joined the task's history, between the message and the
+		// reply, and the stream said when it was read.
+		var hist []string
+		for _, m := range done.History {
+			hist = append(hist, fmt.Sprintf("%s:%s", m.Role, m.Parts[0].Text()))
+		}
+		if want := []string{"ROLE_USER:gate", "ROLE_USER:use blue", "ROLE_AGENT:hints=[use blue]"}; !slices.Equal(hist, want) {
+			t.Errorf("history %q, want %q", hist, want)
+		}
+		if !slices.ContainsFunc(evs, func(ev a2a.Event) bool { return hasData(ev, "note_consumed") }) {
+			t.Error("no update says the note was read")
+		}
 	})
 }
 
@@ -609,6 +624,41 @@ func TestCancelExact(t *testing.T) {
 		}
 		if _, err := c.CancelTask(ctx, &a2a.CancelTaskRequest{ID: behind.ID}); err != nil {
 			t.Fatal(err)
+		}
+	})
+}
+
+// Rein's extensions: a message that interrupts the working task instead
+// of queueing, and a cancel that interrupts cooperatively.
+func TestWhenBusyAndInterruptMode(t *testing.T) {
+	forBindings(t, func(t *testing.T, s *stack, c *a2aclient.Client, ctx context.Context, binding a2a.TransportProtocol) {
+		first := send(t, c, ctx, userText("long one"), true)
+		waitUntil(t, c, ctx, first.ID, toolUse)
+		bad := inContext("two", first.ContextID)
+		bad.Metadata = map[string]any{"rein_when_busy": "now"}
+		if _, err := c.SendMessage(ctx, &a2a.SendMessageRequest{Message: bad}); !errors.Is(err, a2a.ErrInvalidParams) || !strings.Contains(err.Error(), "rein_when_busy") {
+			t.Errorf("rein_when_busy now: %v", err)
+		}
+		next := inContext("two", first.ContextID)
+		next.Metadata = map[string]any{"rein_when_busy": "interrupt"}
+		if got := send(t, c, ctx, next, false); replyText(t, got) != "echo: two" {
+			t.Errorf("the interrupting message's reply %q", replyText(t, got))
+		}
+		stopped, err := c.GetTask(ctx, &a2a.GetTaskRequest{ID: first.ID})
+		if err != nil || stopped.Status.State != a2a.TaskStateCompleted || stopped.Artifacts[0].Metadata["rein_reason"] != "interrupted" {
+			t.Errorf("the interrupted task: %+v %v", stopped, err)
+		}
+		third := send(t, c, ctx, inContext("long three", first.ContextID), true)
+		waitUntil(t, c, ctx, third.ID, toolUse)
+		var got *a2a.Task
+		if binding == a2a.TransportProtocolJSONRPC {
+			got, err = c.CancelTask(ctx, &a2a.CancelTaskRequest{ID: third.ID, Metadata: map[string]any{"rein_mode": "interrupt"}})
+		} else {
+			// HTTP+JSON's cancel has no body: the extension is a query.
+			got, err = restCancel(s.url+"/a2a/default/rest/tasks/"+string(third.ID)+":cancel?rein_mode=interrupt", aliceToken)
+		}
+		if err != nil || got.Status.State != a2a.TaskStateCompleted || got.Artifacts[0].Metadata["rein_reason"] != "interrupted" {
+			t.Errorf("a cooperative cancel: %+v %v", got, err)
 		}
 	})
 }
@@ -841,4 +891,24 @@ func openPostgres(t *testing.T, dsn string) store.Store {
 		}
 	})
 	return st
+}
+
+// restCancel is HTTP+JSON's cancel sent by hand, with a query no client
+// adds.
+func restCancel(url, token string) (*a2a.Task, error) {
+	req, err := http.NewRequest(http.MethodPost, url, nil)
+	if err != nil {
+		return nil, err
+	}
+	req.Header.Set("Authorization", "Bearer "+token)
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return nil, err
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return nil, fmt.Errorf("cancel: HTTP %d", resp.StatusCode)
+	}
+	var task a2a.Task
+	return &task, json.NewDecoder(resp.Body).Decode(&task)
 }

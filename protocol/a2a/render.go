@@ -20,6 +20,9 @@ const (
 	metaStep          = "rein_step"
 	metaStepRestarted = "rein_step_restarted"
 	metaReason        = "rein_reason"
+	metaNote          = "rein_note"
+	metaWhenBusy      = "rein_when_busy"
+	metaMode          = "rein_mode"
 )
 
 // confirmationJSON is one call waiting for an answer, as an
@@ -46,10 +49,26 @@ type task struct {
 	pending []confirmationJSON
 	// seen is true once the run's first event was folded.
 	seen bool
+	// notes are the texts of the session's notes by supplement id, so a
+	// note the run consumed joins its history; shared by the tasks of one
+	// fold of the log.
+	notes map[string]string
 }
 
-func newTask(contextID, runID string) *task {
-	return &task{id: runID, contextID: contextID, state: a2a.TaskStateSubmitted}
+func newTask(contextID, runID string, notes map[string]string) *task {
+	return &task{id: runID, contextID: contextID, state: a2a.TaskStateSubmitted, notes: notes}
+}
+
+// recordNote remembers a note's text (notes are the session's, not a
+// run's: the run that consumes one says so later).
+func recordNote(notes map[string]string, e rein.Event) {
+	if notes == nil || e.Type != rein.EventUserSupplement {
+		return
+	}
+	var p rein.SupplementPayload
+	if json.Unmarshal(e.Payload, &p) == nil {
+		notes[p.SupplementID] = p.Text
+	}
 }
 
 // terminal reports whether the run has ended.
@@ -106,6 +125,7 @@ func (t *task) statusUpdate(e rein.Event, extra map[string]any) *a2a.TaskStatusU
 // stream shows for it (nil: nothing). The task's first rendering is the
 // Task itself, at the run's user.message.
 func (t *task) apply(e rein.Event) a2a.Event {
+	recordNote(t.notes, e)
 	if e.RunID != t.id {
 		return nil
 	}
@@ -162,6 +182,23 @@ func (t *task) apply(e rein.Event) a2a.Event {
 		u := t.statusUpdate(e, nil)
 		u.Status.Message = t.agentMessage(e.ID, a2a.NewDataPart(map[string]any{"tool_result": map[string]any{
 			"tool_use_id": p.ToolUseID, "output": p.Output, "is_error": p.IsError}}))
+		return u
+	case rein.EventSupplementConsumed:
+		var p rein.SupplementConsumedPayload
+		if json.Unmarshal(e.Payload, &p) != nil {
+			return nil
+		}
+		consumed := map[string]any{"supplement_id": p.SupplementID, "step": p.Step}
+		// A stream that began after the note was sent has not read its
+		// text; GetTask, folding the whole log, always has.
+		if text, ok := t.notes[p.SupplementID]; ok {
+			note := a2a.NewMessageForTask(a2a.MessageRoleUser, t.info(), a2a.NewTextPart(text))
+			note.ID, note.Metadata = p.SupplementID, map[string]any{metaNote: true}
+			t.history = append(t.history, note)
+			consumed["text"] = text
+		}
+		u := t.statusUpdate(e, map[string]any{metaStep: p.Step})
+		u.Status.Message = t.agentMessage(e.ID, a2a.NewDataPart(map[string]any{"note_consumed": consumed}))
 		return u
 	case rein.EventToolConfirmationRequested:
 		var p rein.ToolConfirmationRequestedPayload

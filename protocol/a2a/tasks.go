@@ -114,6 +114,10 @@ func (q *requests) send(ctx context.Context, req *a2a.SendMessageRequest) (rein.
 	if err != nil {
 		return rein.SessionKey{}, "", 0, err
 	}
+	whenBusy, err := whenBusyOf(msg)
+	if err != nil {
+		return rein.SessionKey{}, "", 0, err
+	}
 	key, err := q.context(ctx, c, msg.ContextID)
 	if err != nil {
 		return rein.SessionKey{}, "", 0, err
@@ -126,7 +130,7 @@ func (q *requests) send(ctx context.Context, req *a2a.SendMessageRequest) (rein.
 	}
 	// The message id is the client's id for this unit of work: a retried
 	// request names the run the first one started (client_id).
-	res, err := q.svc.SendMessage(ctx, key, sessions.MessageRequest{Text: text, WhenBusy: rein.WhenBusyEnqueue, ClientID: msg.ID})
+	res, err := q.svc.SendMessage(ctx, key, sessions.MessageRequest{Text: text, WhenBusy: whenBusy, ClientID: msg.ID})
 	if err != nil {
 		return rein.SessionKey{}, "", 0, toA2A(q.log, messageParam(err))
 	}
@@ -134,6 +138,42 @@ func (q *requests) send(ctx context.Context, req *a2a.SendMessageRequest) (rein.
 		from = 0
 	}
 	return key, res.RunID, from, nil
+}
+
+// whenBusyOf is what a message does to a busy context: queue (A2A's
+// default), or Rein's extension message.metadata.rein_when_busy —
+// interrupt or rollback the running task, or be refused.
+func whenBusyOf(msg *a2a.Message) (rein.WhenBusy, error) {
+	v, ok := msg.Metadata[metaWhenBusy]
+	if !ok {
+		return rein.WhenBusyEnqueue, nil
+	}
+	s, _ := v.(string)
+	if w := rein.WhenBusy(s); s != "" && w.Valid() {
+		return w, nil
+	}
+	return "", invalidParams("message.metadata."+metaWhenBusy, "%s must be reject, enqueue, interrupt or rollback", metaWhenBusy)
+}
+
+// stopModeOf is how CancelTask stops: at once (A2A's cancel), or Rein's
+// extension metadata.rein_mode "interrupt" — cooperatively, the task
+// ending COMPLETED with the reply streamed so far.
+func stopModeOf(ctx context.Context, req *a2a.CancelTaskRequest) (rein.StopMode, error) {
+	v, ok := req.Metadata[metaMode]
+	if !ok {
+		// HTTP+JSON's cancel has no body: the query carries it.
+		if q := callerOf(ctx).mode; q != nil {
+			v, ok = *q, true
+		}
+	}
+	if !ok {
+		return rein.StopCancel, nil
+	}
+	s, _ := v.(string)
+	if m := rein.StopMode(s); s != "" && m.Valid() {
+		return m, nil
+	}
+	return "", invalidParams("metadata."+metaMode, "%s must be cancel or interrupt", metaMode)
 }
 
 // messageParam names a field of the service's user.message in A2A's
@@ -405,7 +445,7 @@ func (q *requests) ListTasks(ctx context.Context, req *a2a.ListTasksRequest) (*a
 		for _, r := range runs {
 			t := tasks[r.ID]
 			if t == nil {
-				t = newTask(key.ID, r.ID)
+				t = newTask(key.ID, r.ID, nil)
 			}
 			if req.Status != "" && t.state != req.Status {
 				continue
@@ -479,8 +519,14 @@ func (q *requests) SubscribeToTask(ctx context.Context, req *a2a.SubscribeToTask
 
 // CancelTask stops exactly the task's run (queued or running), as a
 // user.interrupt with its run id does, and answers the task once its end
-// is in the log. An ended task is not cancelable.
+// is in the log. An ended task is not cancelable. Metadata rein_mode
+// "interrupt" stops it cooperatively instead: the run answers with what it
+// has (COMPLETED, reason interrupted).
 func (q *requests) CancelTask(ctx context.Context, req *a2a.CancelTaskRequest) (*a2a.Task, error) {
+	mode, err := stopModeOf(ctx, req)
+	if err != nil {
+		return nil, err
+	}
 	key, rec, err := q.findTask(ctx, callerOf(ctx), req.ID)
 	if err != nil {
 		return nil, err
@@ -489,7 +535,7 @@ func (q *requests) CancelTask(ctx context.Context, req *a2a.CancelTaskRequest) (
 		return nil, notCancelable(rec)
 	}
 	id := rec.ID
-	res, err := q.svc.Interrupt(ctx, key, sessions.InterruptRequest{RunID: &id, Mode: rein.StopCancel})
+	res, err := q.svc.Interrupt(ctx, key, sessions.InterruptRequest{RunID: &id, Mode: mode})
 	if err != nil {
 		return nil, toA2A(q.log, err)
 	}
@@ -585,13 +631,14 @@ func (q *requests) fold(ctx context.Context, key rein.SessionKey, runID string) 
 	if t := tasks[runID]; t != nil {
 		return t, nil
 	}
-	return newTask(key.ID, runID), nil
+	return newTask(key.ID, runID, nil), nil
 }
 
 // foldAll reads the session's log once and folds the events of each run
 // (only that run when only is set) into its task.
 func (q *requests) foldAll(ctx context.Context, key rein.SessionKey, only string) (map[string]*task, error) {
 	tasks := map[string]*task{}
+	notes := map[string]string{}
 	var cursor int64
 	for {
 		evs, last, err := q.svc.ReadEvents(ctx, key, cursor, logPage)
@@ -601,11 +648,12 @@ func (q *requests) foldAll(ctx context.Context, key rein.SessionKey, only string
 		for _, e := range evs {
 			cursor = e.Seq
 			if e.RunID == "" || only != "" && e.RunID != only {
+				recordNote(notes, e)
 				continue
 			}
 			t := tasks[e.RunID]
 			if t == nil {
-				t = newTask(key.ID, e.RunID)
+				t = newTask(key.ID, e.RunID, notes)
 				tasks[e.RunID] = t
 			}
 			t.apply(e)
@@ -623,7 +671,7 @@ func (q *requests) foldAll(ctx context.Context, key rein.SessionKey, only string
 // or with ctx, or when the service shuts down.
 func (q *requests) runEvents(ctx context.Context, key rein.SessionKey, runID string, from int64) iter.Seq2[a2a.Event, error] {
 	return func(yield func(a2a.Event, error) bool) {
-		t := newTask(key.ID, runID)
+		t := newTask(key.ID, runID, map[string]string{})
 		for e, err := range q.svc.Events(ctx, key, from) {
 			if err != nil {
 				yield(nil, toA2A(q.log, err))
@@ -688,6 +736,9 @@ func toA2A(log *slog.Logger, err error) error {
 		}
 		return a2a.NewError(a2a.ErrInvalidParams, re.Message).WithErrorInfoMeta(meta)
 	case rein.CodeConflict, rein.CodeSessionBusy:
+		if re.RunID != "" {
+			meta["busy_task_id"] = re.RunID
+		}
 		return a2a.NewError(a2a.ErrInvalidRequest, re.Message).WithErrorInfoMeta(meta)
 	case rein.CodeTooLarge:
 		return a2a.NewError(a2a.ErrInvalidRequest, re.Message).WithErrorInfoMeta(meta)
