@@ -912,3 +912,35 @@ func restCancel(url, token string) (*a2a.Task, error) {
 	var task a2a.Task
 	return &task, json.NewDecoder(resp.Body).Decode(&task)
 }
+
+// A client that leaves a stream stops nothing: the run goes on and a later
+// subscription sees it end.
+func TestDisconnectStopsNothing(t *testing.T) {
+	forBindings(t, func(t *testing.T, s *stack, c *a2aclient.Client, ctx context.Context, _ a2a.TransportProtocol) {
+		sctx, leave := context.WithCancel(ctx)
+		var id a2a.TaskID
+		for ev, err := range c.SendStreamingMessage(sctx, &a2a.SendMessageRequest{Message: userText("gate")}) {
+			if err != nil {
+				t.Fatal(err)
+			}
+			if task, ok := ev.(*a2a.Task); ok {
+				id = task.ID
+			}
+			if toolUse(ev) {
+				break // the client leaves mid-run
+			}
+		}
+		leave()
+		// Still working after the client left (a subscription is another
+		// request: the server has seen the first one go by then).
+		waitUntil(t, c, ctx, id, toolUse)
+		if got, err := c.GetTask(ctx, &a2a.GetTaskRequest{ID: id}); err != nil || got.Status.State != a2a.TaskStateWorking {
+			t.Fatalf("the run after its client left: %+v %v", got, err)
+		}
+		s.gate.Open()
+		evs := collect(t, c.SubscribeToTask(ctx, &a2a.SubscribeToTaskRequest{ID: id}))
+		if lastState(evs) != a2a.TaskStateCompleted {
+			t.Errorf("the run after its client left ended %s, want COMPLETED", lastState(evs))
+		}
+	})
+}
