@@ -18,8 +18,11 @@ func testRunSession(t *T) {
 		t.Skip("the backend does not implement store.RunLocator")
 	}
 	a, b := t.newSession("alice"), t.newSession("alice")
-	must(t, t.S.CreateRun(t.Ctx, &store.RunRecord{Owner: a.Owner, SessionID: a.ID, ID: "run_loc_a", Status: rein.StatusQueued}), "CreateRun a")
-	must(t, t.S.CreateRun(t.Ctx, &store.RunRecord{Owner: b.Owner, SessionID: b.ID, ID: "run_loc_b", Status: rein.StatusQueued}), "CreateRun b")
+	for key, run := range map[rein.SessionKey]string{a: "run_loc_a", b: "run_loc_b"} {
+		t.update(key, store.Fence{}, "CreateRun "+run, func(tx store.Tx) error {
+			return tx.CreateRun(&store.RunRecord{Owner: key.Owner, SessionID: key.ID, ID: run, Status: rein.StatusQueued})
+		})
+	}
 	for run, want := range map[string]string{"run_loc_a": a.ID, "run_loc_b": b.ID} {
 		got, err := loc.RunSession(t.Ctx, "alice", run)
 		must(t, err, "RunSession("+run+")")
