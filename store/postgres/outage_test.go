@@ -277,7 +277,7 @@ func TestPoolExhaustionIsUnavailable(t *testing.T) {
 	for {
 		var n int
 		err := watcher.QueryRow(ctx, `SELECT count(*) FROM pg_stat_activity
-			WHERE wait_event_type = 'Lock' AND query LIKE 'SELECT now() FROM sessions%'`).Scan(&n)
+			WHERE wait_event_type = 'Lock' AND query LIKE 'SELECT now()% FROM sessions %'`).Scan(&n)
 		if err != nil {
 			t.Fatal(err)
 		}
