@@ -29,7 +29,6 @@ const metaKey = "_anthropic"
 type protoMeta struct {
 	EnvironmentID string `json:"environment_id,omitempty"`
 	ArchivedAt    string `json:"archived_at,omitempty"`
-	Title         string `json:"title,omitempty"`
 }
 
 // Page sizes of sessions.list and events.list.
@@ -217,10 +216,7 @@ func (h *Handler) decodeCreate(f map[string]json.RawMessage) (sessions.CreateSes
 	if title, err := p.str("title", false); err != nil {
 		return req, nil, err
 	} else if title != nil {
-		if len([]rune(*title)) > maxTitle {
-			return req, nil, badRequest("title", "title must be at most %d characters", maxTitle)
-		}
-		pm.Title = *title
+		req.Title = title
 	}
 	for _, unsupported := range []string{"budget", "resources", "vault_ids"} {
 		if raw, ok := p.present(unsupported); ok && !emptyJSON(raw) {
@@ -408,17 +404,112 @@ func refuseArchived(id string) error {
 	return rein.Errorf(rein.CodeConflict, "session %s is archived: it takes no new messages", id)
 }
 
-// maxTitle bounds a session's title, as the native API does.
-const maxTitle = 200
-
-// sessionTitle is the title the session was created with.
+// sessionTitle is the session's title ("" until it has one).
 func sessionTitle(s *store.Session) string {
-	_, pm := splitMeta(s.Metadata)
-	return pm.Title
+	if s.Title == nil {
+		return ""
+	}
+	return *s.Title
 }
 
 // ctxOK is a context for work that must not be cut short by the client
 // leaving mid-request (a batch once validated is applied whole).
 func ctxOK(r *http.Request) (context.Context, context.CancelFunc) {
 	return context.WithTimeout(context.WithoutCancel(r.Context()), 30*time.Second)
+}
+
+// updateSession is sessions.update: a new title, and a metadata patch (a
+// string value sets its key, null deletes it, an absent key stays). The
+// patch is applied to the metadata as read, and written in one update.
+func (h *Handler) updateSession(w http.ResponseWriter, r *http.Request) {
+	key := sessionKey(r)
+	fields, err := readJSONObject(w, r)
+	if err != nil {
+		h.writeError(w, r, err)
+		return
+	}
+	p := fieldsOf("", fields)
+	var req sessions.UpdateSessionRequest
+	if req.Title, err = p.str("title", false); err != nil {
+		h.writeError(w, r, err)
+		return
+	}
+	var patch map[string]*string
+	if raw, ok := p.present("metadata"); ok {
+		if kind(raw) != '{' || json.Unmarshal(raw, &patch) != nil {
+			h.writeError(w, r, badRequest("metadata", "metadata must be an object of string (set) or null (delete) values"))
+			return
+		}
+		if _, ok := patch[metaKey]; ok {
+			h.writeError(w, r, badRequest("metadata."+metaKey, "the metadata key %s is the server's own", metaKey))
+			return
+		}
+	}
+	for _, unsupported := range []string{"agent", "budget"} {
+		if _, ok := p.present(unsupported); ok {
+			h.writeError(w, r, badRequest(unsupported, "%s cannot be updated on this server (see docs/protocols.md)", unsupported))
+			return
+		}
+	}
+	ctx, cancel := ctxOK(r)
+	defer cancel()
+	if patch != nil {
+		sess, err := h.svc.Session(ctx, key)
+		if err != nil {
+			h.writeError(w, r, err)
+			return
+		}
+		md, pm := splitMeta(sess.Metadata)
+		for k, v := range patch {
+			if v == nil {
+				delete(md, k)
+			} else {
+				md[k] = *v
+			}
+		}
+		if req.Metadata, err = joinMeta(md, pm); err != nil {
+			h.writeError(w, r, err)
+			return
+		}
+	}
+	info, err := h.svc.UpdateSession(ctx, key, req)
+	if err != nil {
+		h.writeError(w, r, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, toSessionJSON(info.Session, info.Busy))
+}
+
+// archiveSession is sessions.archive: the session is marked archived (in
+// its metadata, decision 0100) and takes no new messages or notes from
+// then on; its runs, log and answers to pending questions are untouched.
+// Archiving an archived session changes nothing.
+func (h *Handler) archiveSession(w http.ResponseWriter, r *http.Request) {
+	key := sessionKey(r)
+	ctx, cancel := ctxOK(r)
+	defer cancel()
+	sess, err := h.svc.Session(ctx, key)
+	if err != nil {
+		h.writeError(w, r, err)
+		return
+	}
+	md, pm := splitMeta(sess.Metadata)
+	if pm.ArchivedAt == "" {
+		pm.ArchivedAt = rein.FormatTime(time.Now())
+		raw, err := joinMeta(md, pm)
+		if err != nil {
+			h.writeError(w, r, err)
+			return
+		}
+		if _, err := h.svc.UpdateSession(ctx, key, sessions.UpdateSessionRequest{Metadata: raw}); err != nil {
+			h.writeError(w, r, err)
+			return
+		}
+	}
+	info, err := h.svc.GetSession(ctx, key)
+	if err != nil {
+		h.writeError(w, r, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, toSessionJSON(info.Session, info.Busy))
 }
