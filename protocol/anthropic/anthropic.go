@@ -204,20 +204,14 @@ func (h *Handler) writeError(w http.ResponseWriter, r *http.Request, err error) 
 	writeJSON(w, status, errorEnvelope{Type: "error", Error: body})
 }
 
-// publicMessage is the error's message without a foreign cause formatted
-// into it (a driver's text names hosts and files; it is for the log).
+// publicMessage is the error's message without a leading "<code>: ":
+// rein.Errorf keeps a cause's text out of messages (decision 0081), so what
+// is left was written for the client; "" has the code stand in.
 func publicMessage(re *rein.Error) string {
-	msg := strings.TrimPrefix(re.Message, string(re.Code)+": ")
-	if re.Err == nil || !hasForeignCause(re) {
+	if msg := strings.TrimPrefix(re.Message, string(re.Code)+": "); msg != "" {
 		return msg
 	}
-	if rest, ok := strings.CutSuffix(msg, ": "+re.Err.Error()); ok && rest != "" {
-		return rest
-	}
-	if strings.Contains(msg, re.Err.Error()) {
-		return string(re.Code)
-	}
-	return msg
+	return strings.ReplaceAll(string(re.Code), "_", " ")
 }
 
 // hasForeignCause reports whether re wraps an error that is not Rein's.
