@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"io"
 	"net/http"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -370,5 +371,53 @@ func TestStreamLastEventIDAndTypes(t *testing.T) {
 	status, _, body := call(t, srv, "GET", "/v1/sessions/"+id+"/events/stream", alice("Last-Event-ID", "x"), "")
 	if e := errorOf(t, status, 400, body); e["param"] != "Last-Event-ID" {
 		t.Fatalf("bad Last-Event-ID: %v", body)
+	}
+}
+
+// TestSessionPages: sessions.list pages the owner's root sessions newest
+// first (oldest first with order=asc) by position, archived ones left out
+// unless asked for, every session once.
+func TestSessionPages(t *testing.T) {
+	srv := newServer(t)
+	var made []string
+	for range 7 {
+		made = append(made, newSession(t, srv))
+	}
+	if status, _, body := call(t, srv, "POST", "/v1/sessions/"+made[3]+"/archive", alice(), ""); status != 200 {
+		t.Fatalf("archive: %d %v", status, body)
+	}
+	read := func(query string) []string {
+		var ids []string
+		page := ""
+		for range 20 {
+			status, _, body := call(t, srv, "GET", "/v1/sessions?limit=2"+query+page, alice(), "")
+			if status != 200 {
+				t.Fatalf("list: %d %v", status, body)
+			}
+			for _, s := range body["data"].([]any) {
+				ids = append(ids, s.(map[string]any)["id"].(string))
+			}
+			next, _ := body["next_page"].(string)
+			if next == "" {
+				return ids
+			}
+			page = "&page=" + next
+		}
+		t.Fatal("paging does not end")
+		return nil
+	}
+	newest := read("")
+	want := slices.Clone(made)
+	slices.Reverse(want)
+	want = slices.DeleteFunc(want, func(id string) bool { return id == made[3] })
+	if !slices.Equal(newest, want) {
+		t.Fatalf("newest first: %q, want %q", newest, want)
+	}
+	if all := read("&order=asc&include_archived=true"); !slices.Equal(all, made) {
+		t.Fatalf("oldest first with archived: %q, want %q", all, made)
+	}
+	status, _, body := call(t, srv, "GET", "/v1/sessions?page=garbage", alice(), "")
+	if e := errorOf(t, status, 400, body); e["param"] != "page" {
+		t.Fatalf("a bad page: %v", body)
 	}
 }

@@ -329,6 +329,10 @@ func (h *Handler) listSessions(w http.ResponseWriter, r *http.Request) {
 	}
 	q := r.URL.Query()
 	withArchived := q.Get("include_archived") == "true"
+	if ord == "desc" {
+		h.listSessionsNewest(w, r, limit, withArchived, q.Get("page"))
+		return
+	}
 	var after *sessionCursor
 	if page := q.Get("page"); page != "" {
 		after = &sessionCursor{}
@@ -391,6 +395,39 @@ func (h *Handler) listSessions(w http.ResponseWriter, r *http.Request) {
 		}
 	}
 	writeJSON(w, http.StatusOK, map[string]any{"data": out, "next_page": nextPage, "prev_page": nil})
+}
+
+// listSessionsNewest is sessions.list newest first: the service's own pages
+// (one store query each, the state of every session included), asked for
+// as many sessions as the page still lacks, so the service's cursor after
+// the last one read is the next page's.
+func (h *Handler) listSessionsNewest(w http.ResponseWriter, r *http.Request, limit int, withArchived bool, page string) {
+	out := []sessionJSON{}
+	after := page
+	for len(out) < limit {
+		p, err := h.svc.ListSessionPage(r.Context(), owner(r), sessions.SessionPageRequest{Limit: limit - len(out), After: after})
+		if err != nil {
+			if rein.CodeOf(err) == rein.CodeInvalidArgument {
+				err = badRequest("page", "page is not a cursor this server gave")
+			}
+			h.writeError(w, r, err)
+			return
+		}
+		for _, sum := range p.Sessions {
+			if sum.Session.ParentID != "" || (archived(sum.Session) && !withArchived) {
+				continue
+			}
+			out = append(out, toSessionJSON(sum.Session, sum.Busy))
+		}
+		if after = p.Next; after == "" {
+			break
+		}
+	}
+	var next *string
+	if after != "" {
+		next = &after
+	}
+	writeJSON(w, http.StatusOK, map[string]any{"data": out, "next_page": next, "prev_page": nil})
 }
 
 // archived reports whether the session was archived through this API.
