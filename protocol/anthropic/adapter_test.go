@@ -96,18 +96,20 @@ func TestBadInput(t *testing.T) {
 	id := newSession(t, srv)
 	msg := `{"type":"user.message","content":[{"type":"text","text":"hi"}]}`
 	cases := map[string]struct{ body, param string }{
-		"not JSON":          {`{"events":`, ""},
-		"no events":         {`{}`, "events"},
-		"empty events":      {`{"events":[]}`, "events"},
-		"no type":           {`{"events":[{}]}`, "events[0].type"},
-		"unknown type":      {`{"events":[` + msg + `,{"type":"user.define_outcome"}]}`, "events[1].type"},
-		"image block":       {`{"events":[{"type":"user.message","content":[{"type":"image"}]}]}`, "events[0].content[0].type"},
-		"no content":        {`{"events":[{"type":"user.message"}]}`, "events[0].content"},
-		"bad when_busy":     {`{"events":[` + msg[:len(msg)-1] + `,"when_busy":"later"}]}`, "events[0].when_busy"},
-		"empty run_id":      {`{"events":[` + msg + `,{"type":"user.interrupt","run_id":""}]}`, "events[1].run_id"},
-		"bad mode":          {`{"events":[{"type":"user.interrupt","mode":"now"}]}`, "events[0].mode"},
-		"stop by client_id": {`{"events":[{"type":"user.interrupt","client_id":"c1"}]}`, "events[0].client_id"},
-		"no result":         {`{"events":[{"type":"user.tool_confirmation","tool_use_id":"x"}]}`, "events[0].result"},
+		"not JSON":        {`{"events":`, ""},
+		"no events":       {`{}`, "events"},
+		"empty events":    {`{"events":[]}`, "events"},
+		"no type":         {`{"events":[{}]}`, "events[0].type"},
+		"unknown type":    {`{"events":[` + msg + `,{"type":"user.define_outcome"}]}`, "events[1].type"},
+		"image block":     {`{"events":[{"type":"user.message","content":[{"type":"image"}]}]}`, "events[0].content[0].type"},
+		"no content":      {`{"events":[{"type":"user.message"}]}`, "events[0].content"},
+		"bad when_busy":   {`{"events":[` + msg[:len(msg)-1] + `,"when_busy":"later"}]}`, "events[0].when_busy"},
+		"empty run_id":    {`{"events":[` + msg + `,{"type":"user.interrupt","run_id":""}]}`, "events[1].run_id"},
+		"bad mode":        {`{"events":[{"type":"user.interrupt","mode":"now"}]}`, "events[0].mode"},
+		"empty client_id": {`{"events":[{"type":"user.interrupt","client_id":""}]}`, "events[0].client_id"},
+		"run_id and client_id": {`{"events":[{"type":"user.interrupt","run_id":"run_1","client_id":"c1"}]}`,
+			"events[0].client_id"},
+		"no result": {`{"events":[{"type":"user.tool_confirmation","tool_use_id":"x"}]}`, "events[0].result"},
 		"allow with deny_message": {`{"events":[{"type":"user.tool_confirmation","tool_use_id":"x","result":"allow","deny_message":"no"}]}`,
 			"events[0].deny_message"},
 		"empty note": {`{"events":[{"type":"user.supplement","text":""}]}`, "events[0].text"},
@@ -141,6 +143,46 @@ func TestBadInput(t *testing.T) {
 	list, err := srv.Service.ListSessions(context.Background(), "alice")
 	if err != nil || len(list) != 1 {
 		t.Fatalf("refused creates made sessions: %d (%v)", len(list), err)
+	}
+}
+
+// TestStopByClientIDFirst: a user.interrupt naming a client_id whose
+// message has not arrived is remembered; the message sent with that
+// client_id afterwards starts a run that is already ended (CANCELLED,
+// never started), and the stop's event names no run.
+func TestStopByClientIDFirst(t *testing.T) {
+	srv := newServer(t)
+	id := newSession(t, srv)
+	status, _, body := call(t, srv, "POST", "/v1/sessions/"+id+"/events", alice(),
+		`{"events":[{"type":"user.interrupt","client_id":"msg-1","mode":"cancel"}]}`)
+	if status != 200 {
+		t.Fatalf("stop by client_id: %d %v", status, body)
+	}
+	status, _, body = call(t, srv, "POST", "/v1/sessions/"+id+"/events", alice(),
+		`{"events":[{"type":"user.message","client_id":"msg-1","content":[{"type":"text","text":"never run"}]}]}`)
+	if status != 200 {
+		t.Fatalf("the message: %d %v", status, body)
+	}
+	key := rein.SessionKey{Owner: "alice", ID: id}
+	evs, _, err := srv.Service.ReadEvents(context.Background(), key, 0, 100)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var types []rein.EventType
+	for _, e := range evs {
+		types = append(types, e.Type)
+	}
+	want := []rein.EventType{rein.EventUserInterrupt, rein.EventUserMessage, rein.EventRunCompleted}
+	if !slices.Equal(types, want) {
+		t.Fatalf("log %v, want %v", types, want)
+	}
+	var stop rein.UserInterruptPayload
+	if err := evs[0].DecodePayload(&stop); err != nil || !stop.Accepted || stop.RunID != nil {
+		t.Fatalf("user.interrupt %s: want accepted with no run yet", evs[0].Payload)
+	}
+	var end rein.RunCompletedPayload
+	if err := evs[2].DecodePayload(&end); err != nil || end.Status != rein.StatusCancelled || end.RunID != evs[1].RunID {
+		t.Fatalf("session.run_completed %s: want the message's run CANCELLED", evs[2].Payload)
 	}
 }
 
