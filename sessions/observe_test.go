@@ -375,11 +375,13 @@ func testDrainSummary(t *testing.T, open opener) {
 
 	dctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
-	// The stubborn run holds the drain for all of this; the blocking one
-	// must end by its interrupt well within it, also on a machine whose
-	// cores are shared by other test runs (100 ms was not always enough
-	// there: it was cancelled instead).
-	const drainTimeout = 2 * time.Second
+	// The stubborn run holds the drain for all of this, and is cancelled
+	// at its end: it must come before the stubborn tool is abandoned (its
+	// grace, 1 s), which would let that run end by its interrupt. The
+	// blocking run must end by its interrupt well within it, also on a
+	// machine whose cores are shared by other test runs (100 ms was not
+	// always enough there: it was cancelled instead).
+	const drainTimeout = 500 * time.Millisecond
 	if err := svc.Drain(dctx, drainTimeout); err != nil {
 		t.Fatal(err)
 	}
