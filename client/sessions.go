@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"net/http"
 	"net/url"
+	"strconv"
 	"time"
 
 	"github.com/reinhq/rein"
@@ -14,6 +15,9 @@ import (
 type Session struct {
 	// ID is the session id.
 	ID string `json:"id"`
+	// Title names the session for people ("" while it has none: the
+	// first message's first line names an untitled session).
+	Title string `json:"title"`
 	// CreatedAt is when the session was created (UTC).
 	CreatedAt time.Time `json:"created_at"`
 	// Metadata is the client's JSON object ({} when none was given).
@@ -51,6 +55,14 @@ type PendingConfirmation struct {
 
 // CreateSessionRequest is the body of POST /api/sessions.
 type CreateSessionRequest struct {
+	// ID is the caller's id for the session ("": the server makes one):
+	// 1 to 128 characters of A-Z a-z 0-9 . _ : -. Creating an id the
+	// caller already has returns that session unchanged, so a retried
+	// create is safe; an id another owner has fails with conflict.
+	ID string `json:"id,omitempty"`
+	// Title names the session (at most 200 characters; "": the first
+	// message's first line names it).
+	Title string `json:"title,omitempty"`
 	// Metadata is any JSON object the caller wants kept with the session
 	// (nil: {}).
 	Metadata any `json:"metadata,omitempty"`
@@ -61,7 +73,8 @@ type CreateSessionRequest struct {
 	Agent string `json:"agent,omitempty"`
 }
 
-// CreateSession creates a session of the caller's owner.
+// CreateSession creates a session of the caller's owner (or, for an ID the
+// caller already has, returns that session unchanged).
 func (c *Client) CreateSession(ctx context.Context, req CreateSessionRequest) (*Session, error) {
 	var s Session
 	if err := c.do(ctx, http.MethodPost, "/api/sessions", nil, req, &s, nil); err != nil {
@@ -70,19 +83,100 @@ func (c *Client) CreateSession(ctx context.Context, req CreateSessionRequest) (*
 	return &s, nil
 }
 
-// ListSessions lists the caller's sessions, newest first (subagent children
-// included, with ParentSessionID set).
-func (c *Client) ListSessions(ctx context.Context) ([]Session, error) {
-	var out struct {
-		Sessions []Session `json:"sessions"`
+// UpdateSessionRequest is the body of PATCH /api/sessions/{id}; nil fields
+// are left as they are.
+type UpdateSessionRequest struct {
+	// Title replaces the title (at most 200 characters; "" leaves the
+	// session untitled for good).
+	Title *string `json:"title,omitempty"`
+	// Metadata replaces the metadata (a JSON object).
+	Metadata any `json:"metadata,omitempty"`
+}
+
+// UpdateSession changes a session's title or metadata and returns the
+// session with its live state, as GetSession does.
+func (c *Client) UpdateSession(ctx context.Context, sessionID string, req UpdateSessionRequest) (*Session, error) {
+	var s Session
+	if err := c.do(ctx, http.MethodPatch, sessionPath(sessionID), nil, req, &s, nil); err != nil {
+		return nil, err
 	}
-	if err := c.do(ctx, http.MethodGet, "/api/sessions", nil, nil, &out, nil); err != nil {
+	if s.QueuedRunIDs == nil {
+		s.QueuedRunIDs = []string{}
+	}
+	return &s, nil
+}
+
+// SessionSummary is a session in a list: what a list shows of its state,
+// without a request per session.
+type SessionSummary struct {
+	ID              string          `json:"id"`
+	Title           string          `json:"title"`
+	CreatedAt       time.Time       `json:"created_at"`
+	Metadata        json.RawMessage `json:"metadata"`
+	ParentSessionID string          `json:"parent_session_id"`
+	Agent           string          `json:"agent"`
+	// State is "idle" or "busy" (a run is running or queued).
+	State string `json:"state"`
+	// PendingConfirmations counts the tool calls waiting for an answer.
+	PendingConfirmations int `json:"pending_confirmations"`
+	// LastEventAt is when the session's last event was logged (nil: it
+	// has none).
+	LastEventAt *time.Time `json:"last_event_at"`
+}
+
+// SessionList is one page of ListSessionsPage.
+type SessionList struct {
+	Sessions []SessionSummary `json:"sessions"`
+	// Next is the cursor of the following page ("": this is the last).
+	Next string `json:"next"`
+}
+
+// ListOptions pages a list.
+type ListOptions struct {
+	// Limit is the page's size (0: the server's default, 100; at most
+	// 1000).
+	Limit int
+	// After is the previous page's Next ("": the first page).
+	After string
+}
+
+// ListSessionsPage returns one page of the caller's sessions, newest
+// first. The cursor is a position: sessions created meanwhile never shift
+// the pages that follow.
+func (c *Client) ListSessionsPage(ctx context.Context, opts ListOptions) (*SessionList, error) {
+	q := url.Values{}
+	if opts.Limit > 0 {
+		q.Set("limit", strconv.Itoa(opts.Limit))
+	}
+	if opts.After != "" {
+		q.Set("after", opts.After)
+	}
+	var out SessionList
+	if err := c.do(ctx, http.MethodGet, "/api/sessions", q, nil, &out, nil); err != nil {
 		return nil, err
 	}
 	if out.Sessions == nil {
-		out.Sessions = []Session{}
+		out.Sessions = []SessionSummary{}
 	}
-	return out.Sessions, nil
+	return &out, nil
+}
+
+// ListSessions lists all the caller's sessions, newest first (subagent
+// children included, with ParentSessionID set), reading every page.
+func (c *Client) ListSessions(ctx context.Context) ([]SessionSummary, error) {
+	out := []SessionSummary{}
+	opts := ListOptions{Limit: 1000}
+	for {
+		page, err := c.ListSessionsPage(ctx, opts)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, page.Sessions...)
+		if page.Next == "" {
+			return out, nil
+		}
+		opts.After = page.Next
+	}
 }
 
 // GetSession returns a session with its live state. Another owner's session

@@ -102,6 +102,21 @@ func (b *brokenStore) ListSessions(ctx context.Context, owner string) ([]*store.
 	}
 	return b.Store.ListSessions(ctx, owner)
 }
+func (b *brokenStore) ListSessionSummaries(ctx context.Context, owner string, page store.SessionPage) ([]*store.SessionSummary, error) {
+	if b.broken.Load() && b.panics {
+		panic(fmt.Sprintf("brokenStore: %v", b.err))
+	}
+	if err := b.fail(); err != nil {
+		return nil, err
+	}
+	return b.Store.ListSessionSummaries(ctx, owner, page)
+}
+func (b *brokenStore) CreateSessionOnce(ctx context.Context, s *store.Session) (*store.Session, bool, error) {
+	if err := b.fail(); err != nil {
+		return nil, false, err
+	}
+	return b.Store.CreateSessionOnce(ctx, s)
+}
 func (b *brokenStore) ListChildren(ctx context.Context, key rein.SessionKey) ([]*store.Session, error) {
 	if err := b.fail(); err != nil {
 		return nil, err
@@ -319,6 +334,7 @@ func everyRoute(t *testing.T, srv *server.Server, sid, runID string) []request {
 		"POST /api/sessions":                   {{method: "POST", path: "/api/sessions", body: `{"metadata":{"a":1}}`}},
 		"GET /api/sessions":                    {{method: "GET", path: "/api/sessions"}},
 		"GET /api/sessions/{id}":               {{method: "GET", path: "/api/sessions/" + sid}},
+		"PATCH /api/sessions/{id}":             {{method: "PATCH", path: "/api/sessions/" + sid, body: `{"title":"renamed"}`}},
 		"DELETE /api/sessions/{id}":            {{method: "DELETE", path: "/api/sessions/" + sid}},
 		"GET /api/sessions/{id}/subagents":     {{method: "GET", path: "/api/sessions/" + sid + "/subagents"}},
 		"GET /api/sessions/{id}/runs":          {{method: "GET", path: "/api/sessions/" + sid + "/runs"}},

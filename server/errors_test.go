@@ -26,7 +26,13 @@ func (f *failingStore) Ping(context.Context) error { return f.err }
 func (f *failingStore) ListSessions(context.Context, string) ([]*store.Session, error) {
 	return nil, f.err
 }
+func (f *failingStore) ListSessionSummaries(context.Context, string, store.SessionPage) ([]*store.SessionSummary, error) {
+	return nil, f.err
+}
 func (f *failingStore) CreateSession(context.Context, *store.Session) error { return f.err }
+func (f *failingStore) CreateSessionOnce(context.Context, *store.Session) (*store.Session, bool, error) {
+	return nil, false, f.err
+}
 
 // errorAnswer is an error answer with what these tests check of it.
 type errorAnswer struct {

@@ -49,13 +49,25 @@ func (s *Server) readyz(w http.ResponseWriter, r *http.Request) {
 
 // ------------------------------------------------------------- JSON shapes
 
-// sessionJSON is a session in lists (docs/api.md).
+// sessionJSON is a session as created and read (docs/api.md).
 type sessionJSON struct {
-	ID              string          `json:"id"`
+	ID string `json:"id"`
+	// Title is null until the session has one.
+	Title           *string         `json:"title"`
 	CreatedAt       string          `json:"created_at"`
 	Metadata        json.RawMessage `json:"metadata"`
 	ParentSessionID *string         `json:"parent_session_id"`
 	Agent           string          `json:"agent"`
+}
+
+// sessionItemJSON is a session in GET /api/sessions: with its state, so a
+// list shows which sessions work or wait for a person without one request
+// per session.
+type sessionItemJSON struct {
+	sessionJSON
+	State                string  `json:"state"`
+	PendingConfirmations int     `json:"pending_confirmations"`
+	LastEventAt          *string `json:"last_event_at"`
 }
 
 // sessionDetailJSON is GET /api/sessions/{id}.
@@ -88,7 +100,7 @@ func toSessionJSON(s *store.Session) sessionJSON {
 	if agentName == "" {
 		agentName = sessions.DefaultAgent
 	}
-	return sessionJSON{ID: s.ID, CreatedAt: rein.FormatTime(s.CreatedAt), Metadata: md, ParentSessionID: optional(s.ParentID), Agent: agentName}
+	return sessionJSON{ID: s.ID, Title: s.Title, CreatedAt: rein.FormatTime(s.CreatedAt), Metadata: md, ParentSessionID: optional(s.ParentID), Agent: agentName}
 }
 
 // runJSON is a run (docs/api.md); reason and times are null until they apply.
@@ -163,36 +175,44 @@ func (s *Server) createSession(w http.ResponseWriter, r *http.Request) {
 		s.writeError(w, r, err, nil)
 		return
 	}
-	sess, err := s.svc.CreateSession(r.Context(), ownerOf(r), req)
+	sess, created, err := s.svc.CreateOrGetSession(r.Context(), ownerOf(r), req)
 	if err != nil {
 		s.writeError(w, r, err, nil)
 		return
 	}
 	infoOf(r.Context()).session = sess.ID
-	writeJSON(w, http.StatusCreated, toSessionJSON(sess))
+	status := http.StatusCreated
+	if !created {
+		// The caller's id, which it already has: the session unchanged.
+		status = http.StatusOK
+	}
+	writeJSON(w, status, toSessionJSON(sess))
 }
 
-// decodeCreateSession reads {} or {"metadata": {...}, "system": "...",
-// "agent": "..."}; an
-// empty body counts as {}.
+// decodeCreateSession reads {} or {"id": "...", "title": "...",
+// "metadata": {...}, "system": "...", "agent": "..."}; an empty body counts
+// as {}.
 func decodeCreateSession(body []byte) (sessions.CreateSessionRequest, error) {
 	var req sessions.CreateSessionRequest
-	if kind(body) == 0 {
-		return req, nil
+	p, err := bodyObject(body)
+	if err != nil || p.fields == nil {
+		return req, err
 	}
-	if !jsonx.Valid(body) {
-		return req, malformed(body)
+	sid, err := p.str("id", false, false)
+	if err != nil {
+		return req, err
 	}
-	var fields map[string]json.RawMessage
-	if kind(body) != '{' || json.Unmarshal(body, &fields) != nil {
-		return req, rein.InvalidArgument("", "the request body must be a JSON object")
-	}
-	p := payload{fields: fields} // fields of the body itself: params are bare keys
-	if raw, ok := p.present("metadata"); ok {
-		if kind(raw) != '{' {
-			return req, rein.InvalidArgument("metadata", "metadata must be a JSON object")
+	if sid != nil {
+		if !sessions.ValidSessionID(*sid) {
+			return req, rein.InvalidArgument("id", "id must be 1 to %d characters of A-Z a-z 0-9 . _ : -", sessions.MaxSessionIDLen)
 		}
-		req.Metadata = raw
+		req.ID = *sid
+	}
+	if req.Title, err = p.str("title", false, false); err != nil {
+		return req, err
+	}
+	if req.Metadata, err = metadataField(p); err != nil {
+		return req, err
 	}
 	sys, err := p.str("system", false, false)
 	if err != nil {
@@ -233,17 +253,96 @@ func (s *Server) listAgents(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, http.StatusOK, map[string]any{"agents": out})
 }
 
-func (s *Server) listSessions(w http.ResponseWriter, r *http.Request) {
-	list, err := s.svc.ListSessions(r.Context(), ownerOf(r))
+// bodyObject reads a request body that must be a JSON object; an empty
+// body is {} (a payload without fields). Params of its fields are bare
+// keys.
+func bodyObject(body []byte) (payload, error) {
+	if kind(body) == 0 {
+		return payload{}, nil
+	}
+	if !jsonx.Valid(body) {
+		return payload{}, malformed(body)
+	}
+	var fields map[string]json.RawMessage
+	if kind(body) != '{' || json.Unmarshal(body, &fields) != nil {
+		return payload{}, rein.InvalidArgument("", "the request body must be a JSON object")
+	}
+	if fields == nil {
+		fields = map[string]json.RawMessage{}
+	}
+	return payload{fields: fields}, nil
+}
+
+// metadataField reads an optional "metadata" object (nil when absent).
+func metadataField(p payload) (json.RawMessage, error) {
+	raw, ok := p.present("metadata")
+	if !ok {
+		return nil, nil
+	}
+	if kind(raw) != '{' {
+		return nil, rein.InvalidArgument("metadata", "metadata must be a JSON object")
+	}
+	return raw, nil
+}
+
+// updateSession is PATCH /api/sessions/{id}: {"title"?, "metadata"?},
+// answered with the session as GET reads it.
+func (s *Server) updateSession(w http.ResponseWriter, r *http.Request) {
+	body, err := readBody(w, r)
 	if err != nil {
 		s.writeError(w, r, err, nil)
 		return
 	}
-	out := make([]sessionJSON, 0, len(list))
-	for _, sess := range list {
-		out = append(out, toSessionJSON(sess))
+	var req sessions.UpdateSessionRequest
+	p, err := bodyObject(body)
+	if err == nil {
+		if req.Title, err = p.str("title", false, false); err == nil {
+			req.Metadata, err = metadataField(p)
+		}
 	}
-	writeJSON(w, http.StatusOK, map[string]any{"sessions": out})
+	if err != nil {
+		s.writeError(w, r, err, nil)
+		return
+	}
+	info, err := s.svc.UpdateSession(r.Context(), sessionKey(r), req)
+	if err != nil {
+		s.writeError(w, r, err, nil)
+		return
+	}
+	writeJSON(w, http.StatusOK, toSessionDetailJSON(info))
+}
+
+// listSessions is GET /api/sessions?limit=N&after=CURSOR: a page of the
+// owner's sessions, newest first, with their state.
+func (s *Server) listSessions(w http.ResponseWriter, r *http.Request) {
+	q := r.URL.Query()
+	var req sessions.SessionPageRequest
+	if v := q.Get("limit"); v != "" || q.Has("limit") {
+		n, err := strconv.Atoi(v)
+		if err != nil || n <= 0 {
+			s.writeError(w, r, rein.InvalidArgument("limit", "limit must be a positive number"), nil)
+			return
+		}
+		req.Limit = n
+	}
+	req.After = q.Get("after")
+	page, err := s.svc.ListSessionPage(r.Context(), ownerOf(r), req)
+	if err != nil {
+		s.writeError(w, r, err, nil)
+		return
+	}
+	out := make([]sessionItemJSON, 0, len(page.Sessions))
+	for _, sum := range page.Sessions {
+		item := sessionItemJSON{sessionJSON: toSessionJSON(sum.Session), State: "idle", PendingConfirmations: sum.PendingConfirmations}
+		if sum.Busy {
+			item.State = "busy"
+		}
+		if !sum.LastEventAt.IsZero() {
+			item.LastEventAt = optional(rein.FormatTime(sum.LastEventAt))
+		}
+		out = append(out, item)
+	}
+	writeJSON(w, http.StatusOK, map[string]any{"sessions": out, "next": optional(page.Next)})
 }
 
 func (s *Server) getSession(w http.ResponseWriter, r *http.Request) {
@@ -252,6 +351,10 @@ func (s *Server) getSession(w http.ResponseWriter, r *http.Request) {
 		s.writeError(w, r, err, nil)
 		return
 	}
+	writeJSON(w, http.StatusOK, toSessionDetailJSON(info))
+}
+
+func toSessionDetailJSON(info *sessions.SessionInfo) sessionDetailJSON {
 	out := sessionDetailJSON{
 		sessionJSON:  toSessionJSON(info.Session),
 		State:        "idle",
@@ -276,7 +379,7 @@ func (s *Server) getSession(w http.ResponseWriter, r *http.Request) {
 		out.PendingConfirmations = append(out.PendingConfirmations, pendingJSON{
 			ToolUseID: c.ToolUseID, RunID: c.RunID, Name: c.Name, Input: in, CreatedAt: rein.FormatTime(c.CreatedAt)})
 	}
-	writeJSON(w, http.StatusOK, out)
+	return out
 }
 
 // subagentJSON is a direct child in GET /api/sessions/{id}/subagents

@@ -448,6 +448,28 @@ func TestIsolationMatrix(t *testing.T) {
 					t.Fatalf("bob's new session: %s", r.body)
 				}
 			}
+			// Her session ids are taken for bob: a conflict that says
+			// nothing of hers, and the same for each of them.
+			var first string
+			for _, ss := range sessions {
+				r := m.send(bob, request{method: "POST", path: "/api/sessions", body: `{"id":"` + ss.id + `","title":"bob's"}`})
+				if r.status != 409 || r.json(t)["error"].(map[string]any)["code"] != "conflict" {
+					t.Fatalf("bob creates alice's %s id: %d %s", ss.kind, r.status, r.body)
+				}
+				m.noLeak("bob creating alice's id", r)
+				if norm := m.normal("create", r.body, ss.id, "", request{}); first == "" {
+					first = norm
+				} else if norm != first {
+					t.Fatalf("bob creating alice's ids: answers differ:\n%s\n%s", first, norm)
+				}
+			}
+		},
+		"PATCH /api/sessions/{id}": func() {
+			for _, ss := range sessions {
+				m.pair("PATCH a "+ss.kind, ss.id, func(x, _ string) request {
+					return request{method: "PATCH", path: "/api/sessions/" + x, body: `{"title":"bob was here","metadata":{"bob":true}}`}
+				})
+			}
 		},
 		"GET /api/agents": func() {
 			// The configuration's agents, the same for every owner: no

@@ -220,6 +220,7 @@ func New(cfg Config) (*Server, error) {
 	s.handle("POST", "/api/sessions", false, s.createSession)
 	s.handle("GET", "/api/sessions", false, s.listSessions)
 	s.handle("GET", "/api/sessions/{id}", false, s.getSession)
+	s.handle("PATCH", "/api/sessions/{id}", false, s.updateSession)
 	s.handle("DELETE", "/api/sessions/{id}", false, s.deleteSession)
 	s.handle("GET", "/api/sessions/{id}/subagents", false, s.listSubagents)
 	s.handle("GET", "/api/sessions/{id}/runs", false, s.listRuns)

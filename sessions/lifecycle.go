@@ -179,6 +179,11 @@ func (lc *lifecycle) admit(ctx context.Context, key rein.SessionKey, req Message
 			}
 			evs = append(evs, rein.NewEvent(rein.EventRunQueued, rec.ID, rein.RunQueuedPayload{RunID: rec.ID, Position: pos}))
 		}
+		// An untitled session is named by its first message, in the
+		// message's own write.
+		if err := tx.SetDefaultTitle(defaultTitle(req.Text)); err != nil {
+			return err
+		}
 		stored, err := tx.AppendEvents(evs...)
 		if err != nil {
 			return err

@@ -14,16 +14,19 @@ package sessions
 
 import (
 	"context"
+	"encoding/base64"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
 	"path/filepath"
 	"sort"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
+	"unicode/utf8"
 
 	"go.opentelemetry.io/otel/trace"
 
@@ -352,6 +355,16 @@ func (s *Service) unavailableIfDraining() error {
 
 // CreateSessionRequest creates a session.
 type CreateSessionRequest struct {
+	// ID is the caller's id for the session ("": the server makes one,
+	// "ses_…"): 1 to 128 characters of A-Z a-z 0-9 . _ : - (ValidSessionID).
+	// It is one across owners: creating an id the owner already has
+	// returns that session unchanged; an id another owner has is a
+	// conflict.
+	ID string
+	// Title names the session for people (at most MaxTitleLen
+	// characters; nil or "": the first user.message's first line names
+	// it).
+	Title *string
 	// Metadata is a JSON object (nil: {}).
 	Metadata json.RawMessage
 	// System is the session's system-prompt override (nil: none).
@@ -360,13 +373,82 @@ type CreateSessionRequest struct {
 	Agent string
 }
 
-// CreateSession creates a root session for owner.
-func (s *Service) CreateSession(ctx context.Context, owner string, req CreateSessionRequest) (*store.Session, error) {
-	if err := s.unavailableIfDraining(); err != nil {
-		return nil, err
+// Limits of caller-given session fields (docs/api.md).
+const (
+	// MaxSessionIDLen is the longest caller-chosen session id.
+	MaxSessionIDLen = 128
+	// MaxTitleLen is the longest title, in characters.
+	MaxTitleLen = 200
+	// defaultTitleLen is the longest title a first message gives.
+	defaultTitleLen = 80
+)
+
+// ValidSessionID reports whether id can be a caller-chosen session id: 1
+// to MaxSessionIDLen characters of A-Z a-z 0-9 . _ : -.
+func ValidSessionID(id string) bool {
+	if id == "" || len(id) > MaxSessionIDLen {
+		return false
 	}
-	if err := s.admitWrites(); err != nil {
-		return nil, err
+	for i := 0; i < len(id); i++ {
+		c := id[i]
+		if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '.' || c == '_' || c == ':' || c == '-') {
+			return false
+		}
+	}
+	return true
+}
+
+func checkTitle(title *string) error {
+	if title != nil && utf8.RuneCountInString(*title) > MaxTitleLen {
+		return rein.InvalidArgument("title", "title must be at most %d characters", MaxTitleLen)
+	}
+	return nil
+}
+
+// defaultTitle is the title a first message gives an untitled session: its
+// first line with text, trimmed, cut to defaultTitleLen characters.
+func defaultTitle(text string) string {
+	line := ""
+	for l := range strings.Lines(text) {
+		if line = strings.TrimSpace(l); line != "" {
+			break
+		}
+	}
+	if utf8.RuneCountInString(line) <= defaultTitleLen {
+		return line
+	}
+	n := 0
+	for i := range line {
+		if n == defaultTitleLen {
+			return strings.TrimSpace(line[:i])
+		}
+		n++
+	}
+	return line
+}
+
+// CreateSession creates a root session for owner; a caller-chosen id the
+// owner already has returns that session unchanged (see
+// CreateOrGetSession).
+func (s *Service) CreateSession(ctx context.Context, owner string, req CreateSessionRequest) (*store.Session, error) {
+	sess, _, err := s.CreateOrGetSession(ctx, owner, req)
+	return sess, err
+}
+
+// CreateOrGetSession creates a root session for owner and reports created.
+// With a caller-chosen id the owner already has, it returns that session,
+// unchanged, and created false (an idempotent create: the request's other
+// fields are not compared); an id another owner has is rein.ErrConflict,
+// which says nothing about that session.
+func (s *Service) CreateOrGetSession(ctx context.Context, owner string, req CreateSessionRequest) (sess *store.Session, created bool, err error) {
+	if req.ID != "" && !ValidSessionID(req.ID) {
+		return nil, false, rein.InvalidArgument("id", "id must be 1 to %d characters of A-Z a-z 0-9 . _ : -", MaxSessionIDLen)
+	}
+	if err := checkTitle(req.Title); err != nil {
+		return nil, false, err
+	}
+	if req.Title != nil && *req.Title == "" {
+		req.Title = nil // no title: the first message gives one
 	}
 	md := req.Metadata
 	if len(md) == 0 {
@@ -377,14 +459,50 @@ func (s *Service) CreateSession(ctx context.Context, owner string, req CreateSes
 		name = DefaultAgent
 	}
 	if s.cfg.Agents[name] == nil {
-		return nil, rein.InvalidArgument("agent", "unknown agent %q (configured: %s)", name, strings.Join(s.agentNames(), ", "))
+		return nil, false, rein.InvalidArgument("agent", "unknown agent %q (configured: %s)", name, strings.Join(s.agentNames(), ", "))
 	}
-	sess := &store.Session{Owner: owner, ID: id.New(id.Session), Metadata: md, System: req.System, Agent: name, CreatedAt: s.now()}
-	if err := s.st.CreateSession(ctx, sess); err != nil {
+	if err := s.unavailableIfDraining(); err != nil {
+		return nil, false, err
+	}
+	if err := s.admitWrites(); err != nil {
+		return nil, false, err
+	}
+	sess = &store.Session{Owner: owner, ID: req.ID, Metadata: md, System: req.System, Agent: name, Title: req.Title, CreatedAt: s.now()}
+	if req.ID == "" {
+		sess.ID = id.New(id.Session)
+		if err := s.st.CreateSession(ctx, sess); err != nil {
+			return nil, false, err
+		}
+		// The store left in sess what it stored: no read back.
+		return sess, true, nil
+	}
+	return s.st.CreateSessionOnce(ctx, sess)
+}
+
+// UpdateSessionRequest changes a session (PATCH); nil fields stay.
+type UpdateSessionRequest struct {
+	// Title replaces the title (at most MaxTitleLen characters; "" is a
+	// title: the session stays untitled for good).
+	Title *string
+	// Metadata replaces the metadata (a JSON object).
+	Metadata json.RawMessage
+}
+
+// UpdateSession changes a session's title or metadata in one write and
+// returns the session as GetSession does. It logs no event.
+func (s *Service) UpdateSession(ctx context.Context, key rein.SessionKey, req UpdateSessionRequest) (*SessionInfo, error) {
+	if err := checkTitle(req.Title); err != nil {
 		return nil, err
 	}
-	// The store left in sess what it stored: no read back.
-	return sess, nil
+	if req.Title != nil || req.Metadata != nil {
+		if err := s.life.update(ctx, key, store.Fence{}, func(tx store.Tx) error {
+			_, err := tx.UpdateSession(store.SessionUpdate{Title: req.Title, Metadata: req.Metadata})
+			return err
+		}); err != nil {
+			return nil, err
+		}
+	}
+	return s.GetSession(ctx, key)
 }
 
 // SessionInfo is a session with its live state.
@@ -448,6 +566,84 @@ func (s *Service) ListSessions(ctx context.Context, owner string) ([]*store.Sess
 	return s.st.ListSessions(ctx, owner)
 }
 
+// Page sizes of ListSessionPage (docs/api.md).
+const (
+	DefaultSessionPage = 100
+	MaxSessionPage     = 1000
+)
+
+// SessionPageRequest asks for a page of the owner's sessions.
+type SessionPageRequest struct {
+	// Limit is the page's size (0: DefaultSessionPage; above
+	// MaxSessionPage: MaxSessionPage; negative: invalid).
+	Limit int
+	// After is the previous page's Next ("": the first page).
+	After string
+}
+
+// SessionPage is a page of sessions, newest first by creation time then
+// id.
+type SessionPage struct {
+	Sessions []*store.SessionSummary
+	// Next is the cursor of the following page, "" when this is the last.
+	Next string
+}
+
+// ListSessionPage returns a page of the owner's sessions with their state
+// (busy, pending confirmations, last event), read in one store query
+// whatever the page's size. Its cursor is a position (the last session's
+// creation time and id), not an offset: sessions created since never shift
+// the pages that follow.
+func (s *Service) ListSessionPage(ctx context.Context, owner string, req SessionPageRequest) (SessionPage, error) {
+	limit := req.Limit
+	switch {
+	case limit < 0:
+		return SessionPage{}, rein.InvalidArgument("limit", "limit must be a positive number")
+	case limit == 0:
+		limit = DefaultSessionPage
+	case limit > MaxSessionPage:
+		limit = MaxSessionPage
+	}
+	after, err := decodeSessionCursor(req.After)
+	if err != nil {
+		return SessionPage{}, err
+	}
+	list, err := s.st.ListSessionSummaries(ctx, owner, store.SessionPage{After: after, Limit: limit + 1})
+	if err != nil {
+		return SessionPage{}, err
+	}
+	page := SessionPage{Sessions: list}
+	if len(list) > limit {
+		page.Sessions = list[:limit]
+		last := list[limit-1].Session
+		page.Next = encodeSessionCursor(store.SessionCursor{CreatedAt: last.CreatedAt, ID: last.ID})
+	}
+	return page, nil
+}
+
+// A session cursor is the base64url of "<created_at µs>:<id>": opaque to
+// clients, a position to the store.
+func encodeSessionCursor(c store.SessionCursor) string {
+	return base64.RawURLEncoding.EncodeToString([]byte(strconv.FormatInt(c.CreatedAt.UnixMicro(), 10) + ":" + c.ID))
+}
+
+func decodeSessionCursor(s string) (store.SessionCursor, error) {
+	if s == "" {
+		return store.SessionCursor{}, nil
+	}
+	bad := rein.InvalidArgument("after", "after must be a cursor from a previous page's next")
+	raw, err := base64.RawURLEncoding.DecodeString(s)
+	if err != nil {
+		return store.SessionCursor{}, bad
+	}
+	us, sid, ok := strings.Cut(string(raw), ":")
+	micros, err := strconv.ParseInt(us, 10, 64)
+	if !ok || err != nil || sid == "" {
+		return store.SessionCursor{}, bad
+	}
+	return store.SessionCursor{CreatedAt: time.UnixMicro(micros).UTC(), ID: sid}, nil
+}
+
 // ListRuns returns the session's runs, newest first.
 func (s *Service) ListRuns(ctx context.Context, key rein.SessionKey) ([]*store.RunRecord, error) {
 	if _, err := s.st.GetSession(ctx, key); err != nil {
@@ -497,7 +693,21 @@ func (s *Service) workspace(key rein.SessionKey) string {
 	if s.cfg.Workspace == "" {
 		return ""
 	}
-	return filepath.Join(s.cfg.Workspace, safeName(key.Owner), safeName(key.ID))
+	return filepath.Join(s.cfg.Workspace, safeName(key.Owner), sessionDir(key.ID))
+}
+
+// sessionDir is the folder name of a session's workspace. Server-made ids
+// are safe as they are; a caller-chosen id may hold ':' or be "." or "..",
+// which are written as %3A and %2E: '%' is in no session id, so two ids
+// never share a folder ("a:b" is not "a_b"'s).
+func sessionDir(id string) string {
+	if id == "." || id == ".." {
+		return strings.Repeat("%2E", len(id))
+	}
+	if strings.Contains(id, ":") && ValidSessionID(id) {
+		return strings.ReplaceAll(id, ":", "%3A")
+	}
+	return safeName(id)
 }
 
 func safeName(s string) string {

@@ -68,6 +68,10 @@ type Session struct {
 	// Agent names the configured agent the session's runs use ("" means
 	// the default agent).
 	Agent string
+	// Title names the session for people; nil until it has one: given at
+	// creation, set by PATCH, or else taken from the first user.message
+	// (Tx.SetDefaultTitle). An explicit "" is a title, and stays.
+	Title *string
 	// Subagent is the child's descriptor, nil for a root session.
 	Subagent *SubagentDescriptor
 	// CreatedAt is set by CreateSession when zero.
@@ -86,12 +90,58 @@ func (s *Session) Clone() *Session {
 		sys := *s.System
 		out.System = &sys
 	}
+	if s.Title != nil {
+		title := *s.Title
+		out.Title = &title
+	}
 	if s.Subagent != nil {
 		d := *s.Subagent
 		d.ToolFilter = slices.Clone(s.Subagent.ToolFilter)
 		out.Subagent = &d
 	}
 	return &out
+}
+
+// SessionCursor is a position in an owner's list of sessions (newest
+// first by CreatedAt, then ID descending): a page after it starts with the
+// next older session. A position, not an offset, so sessions created after
+// a page was read never shift the pages that follow.
+type SessionCursor struct {
+	CreatedAt time.Time
+	ID        string
+}
+
+// IsZero reports whether c is the start of the list.
+func (c SessionCursor) IsZero() bool { return c.ID == "" && c.CreatedAt.IsZero() }
+
+// OlderThan reports whether s comes after c in the list's order (newest
+// first by CreatedAt, then ID descending).
+func OlderThan(s *Session, c SessionCursor) bool {
+	if cmp := s.CreatedAt.Compare(c.CreatedAt); cmp != 0 {
+		return cmp < 0
+	}
+	return s.ID < c.ID
+}
+
+// SessionPage asks for one page of ListSessionSummaries.
+type SessionPage struct {
+	// After is the last session of the previous page (zero: the first page).
+	After SessionCursor
+	// Limit is the most sessions returned (≤ 0: all).
+	Limit int
+}
+
+// SessionSummary is a session as a list shows it.
+type SessionSummary struct {
+	Session *Session
+	// Busy is true while a run of the session is running (parked ones
+	// included) or queued.
+	Busy bool
+	// PendingConfirmations counts the calls waiting for an answer.
+	PendingConfirmations int
+	// LastEventAt is the CreatedAt of the session's last event; zero when
+	// its log is empty.
+	LastEventAt time.Time
 }
 
 // SubagentDescriptor is what a continuable subagent child needs to be
@@ -117,12 +167,28 @@ type Sessions interface {
 	// (Owner, ID) exists, and with rein.ErrNotFound if ParentID is set but
 	// names no session of the same owner.
 	CreateSession(ctx context.Context, s *Session) error
+	// CreateSessionOnce is CreateSession for a caller-chosen id, which is
+	// one across owners: if no session of any owner has s.ID it stores s
+	// as CreateSession does and returns (s, true); if s.Owner has one, it
+	// stores nothing and returns (that session, false); if another owner
+	// has one, rein.ErrConflict, naming no owner. It is atomic with every
+	// CreateSession and CreateSessionOnce of the same id, across
+	// goroutines and processes: two owners racing for an id never both
+	// get it.
+	CreateSessionOnce(ctx context.Context, s *Session) (*Session, bool, error)
 	// GetSession returns the session or rein.ErrNotFound. A session of
 	// another owner MUST be reported exactly like a missing one.
 	GetSession(ctx context.Context, key rein.SessionKey) (*Session, error)
 	// ListSessions returns the owner's sessions newest first by CreatedAt,
 	// then by ID descending. Never nil.
 	ListSessions(ctx context.Context, owner string) ([]*Session, error)
+	// ListSessionSummaries returns a page of the owner's sessions in the
+	// order of ListSessions, each with what a list shows of its state,
+	// read by a bounded number of queries whatever the page's length
+	// (never one per session). It starts after page.After (the zero
+	// cursor: from the newest) and returns at most page.Limit (≤ 0: all).
+	// Never nil.
+	ListSessionSummaries(ctx context.Context, owner string, page SessionPage) ([]*SessionSummary, error)
 	// ListChildren returns the direct children of key (ParentID == key.ID,
 	// same owner), in creation order. Never nil.
 	ListChildren(ctx context.Context, key rein.SessionKey) ([]*Session, error)
@@ -588,6 +654,23 @@ type Tx interface {
 	// Confirmations returns the session's confirmations in a state ("" =
 	// all), oldest first. Never nil.
 	Confirmations(state ConfirmationState) ([]*Confirmation, error)
+
+	// UpdateSession changes the session's record as u says and returns it
+	// as stored.
+	UpdateSession(u SessionUpdate) (*Session, error)
+	// SetDefaultTitle gives the session title if it has none (Title nil);
+	// a session with a title, "" included, keeps it. Cheap when it has
+	// one: it sits on every user.message's admission.
+	SetDefaultTitle(title string) error
+}
+
+// SessionUpdate changes a session record. Nil fields are left unchanged.
+type SessionUpdate struct {
+	// Title replaces the title ("" is a title: the first message no
+	// longer names the session).
+	Title *string
+	// Metadata replaces the metadata (a JSON object).
+	Metadata json.RawMessage
 }
 
 // ---------------------------------------------------------------- deletion

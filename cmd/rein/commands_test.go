@@ -70,20 +70,24 @@ func TestSessionsCommand(t *testing.T) {
 		t.Fatalf("exit %d: %s", code, errs)
 	}
 	lines := strings.Split(strings.TrimSuffix(out, "\n"), "\n")
-	if len(lines) != 5 || !regexp.MustCompile(`^ID +CREATED +AGENT +PARENT +STATE$`).MatchString(lines[0]) {
+	if len(lines) != 5 || !regexp.MustCompile(`^ID +CREATED +LAST EVENT +AGENT +PARENT +STATE +TITLE$`).MatchString(lines[0]) {
 		t.Fatalf("want a header and 4 sessions:\n%s", out)
 	}
-	row := regexp.MustCompile(`^(ses_\S+) +(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d) +(\S+) +(\S+) +(.+)$`)
+	const ts = `(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d|-)`
+	row := regexp.MustCompile(`^(ses_\S+) +` + ts + ` +` + ts + ` +(\S+) +(\S+) +(.+)$`)
 	for id, want := range map[string][]string{
-		idle.ID:    {"default", "-", "idle"},
-		busy.ID:    {"default", "-", "busy (" + long.RunID + ")"},
-		parent.ID:  {"default", "-", "idle"},
-		sp.ChildID: {"default", parent.ID, "idle"},
+		idle.ID:    {"default", "-", "idle  ", "-"},
+		busy.ID:    {"default", "-", "busy (" + long.RunID + ")", "long"},
+		parent.ID:  {"default", "-", "idle  ", "delegate"},
+		sp.ChildID: {"default", parent.ID, "idle  ", ""},
 	} {
 		m := row.FindStringSubmatch(lineOf(t, out, id+" "))
-		if m == nil || m[3] != want[0] || m[4] != want[1] || strings.TrimSpace(m[5]) != want[2] {
-			t.Errorf("session %s: %q, want agent, parent, state %q", id, m, want)
+		if m == nil || m[4] != want[0] || m[5] != want[1] || !strings.HasPrefix(m[6], want[2]) || !strings.HasSuffix(m[6], want[3]) {
+			t.Errorf("session %s: %q, want agent, parent, state, title %q", id, m, want)
 		}
+	}
+	if m := row.FindStringSubmatch(lineOf(t, out, idle.ID+" ")); m == nil || m[3] != "-" {
+		t.Errorf("a session without events: %q, want its last event -", m)
 	}
 
 	code, out, _ = run(t, "", env, "sessions", "--json")
@@ -92,11 +96,11 @@ func TestSessionsCommand(t *testing.T) {
 	}
 	n := 0
 	for _, l := range strings.Split(strings.TrimSpace(out), "\n") {
-		var got client.Session
+		var got client.SessionSummary
 		if err := json.Unmarshal([]byte(l), &got); err != nil || got.State == "" {
 			t.Fatalf("line %q: %+v %v", l, got, err)
 		}
-		if got.ID == busy.ID && (got.State != "busy" || got.CurrentRunID != long.RunID) {
+		if got.ID == busy.ID && (got.State != "busy" || got.Title != "long" || got.LastEventAt == nil) {
 			t.Fatalf("busy session: %+v", got)
 		}
 		n++

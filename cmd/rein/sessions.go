@@ -3,20 +3,18 @@ package main
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
+	"strings"
 	"text/tabwriter"
 	"time"
-
-	"github.com/reinhq/rein"
-	"github.com/reinhq/rein/client"
 )
 
 const sessionsSynopsis = "rein sessions [--server URL] [--token T] [--json]"
 
-const sessionsAbout = `Lists your sessions on a server, newest first: id, when it was created, its
-agent, its parent (for a subagent's session) and its state (idle, or busy
-with the run it is running). Subagent sessions are included.`
+const sessionsAbout = `Lists your sessions on a server, newest first: id, when it was created, when
+its last event was logged, its agent, its parent (for a subagent's session),
+its state (idle, or busy with the run it is running; how many tool calls wait
+for your approval) and its title. Subagent sessions are included.`
 
 func cmdSessions(ctx context.Context, args []string, std stdio) error {
 	fs := newFlagSet(std, "sessions", sessionsSynopsis, sessionsAbout)
@@ -35,44 +33,50 @@ func cmdSessions(ctx context.Context, args []string, std stdio) error {
 	if err != nil {
 		return r.fail(err, "")
 	}
-	// The list does not say what each session is doing; its details do.
-	detailed := make([]*client.Session, 0, len(list))
-	for _, s := range list {
-		info, err := r.c.GetSession(ctx, s.ID)
-		if errors.Is(err, rein.ErrNotFound) {
-			continue // deleted since it was listed
-		}
-		if err != nil {
-			return r.fail(err, s.ID)
-		}
-		detailed = append(detailed, info)
-	}
 	if *jsonOut {
 		enc := json.NewEncoder(std.out)
-		for _, s := range detailed {
+		for _, s := range list {
 			if err := enc.Encode(s); err != nil {
 				return err
 			}
 		}
 		return nil
 	}
-	if len(detailed) == 0 {
+	if len(list) == 0 {
 		fmt.Fprintln(std.err, "no sessions")
 		return nil
 	}
 	tw := tabwriter.NewWriter(std.out, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "ID\tCREATED\tAGENT\tPARENT\tSTATE")
-	for _, s := range detailed {
+	fmt.Fprintln(tw, "ID\tCREATED\tLAST EVENT\tAGENT\tPARENT\tSTATE\tTITLE")
+	for _, s := range list {
 		state := s.State
-		if s.CurrentRunID != "" {
-			state += " (" + s.CurrentRunID + ")"
+		if s.State == "busy" {
+			// Which run: the one a stop would name (a busy session's
+			// details, not a request per session).
+			if info, err := r.c.GetSession(ctx, s.ID); err == nil {
+				if info.CurrentRunID != "" {
+					state += " (" + info.CurrentRunID + ")"
+				}
+				if n := len(info.QueuedRunIDs); n > 0 {
+					state += fmt.Sprintf(" +%d queued", n)
+				}
+			}
 		}
-		if n := len(s.QueuedRunIDs); n > 0 {
-			state += fmt.Sprintf(" +%d queued", n)
+		if s.PendingConfirmations > 0 {
+			state += fmt.Sprintf(", %d to approve", s.PendingConfirmations)
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\n", s.ID, when(&s.CreatedAt), dash(s.Agent), dash(s.ParentSessionID), state)
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\n", s.ID, when(&s.CreatedAt), when(s.LastEventAt), dash(s.Agent), dash(s.ParentSessionID), state, dash(listTitle(s.Title)))
 	}
 	return tw.Flush()
+}
+
+// listTitle keeps a title to one short cell of a table.
+func listTitle(t string) string {
+	t = strings.Join(strings.Fields(t), " ")
+	if r := []rune(t); len(r) > 40 {
+		return string(r[:39]) + "…"
+	}
+	return t
 }
 
 // when renders a time of a listing in local time, "-" when there is none.

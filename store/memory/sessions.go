@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"cmp"
 	"context"
+	"encoding/json"
 	"slices"
 	"strings"
 
@@ -24,6 +25,11 @@ func (s *Store) CreateSession(ctx context.Context, in *store.Session) error {
 		return err
 	}
 	defer s.mu.Unlock()
+	return s.create(in, meta)
+}
+
+// create stores in (its metadata validated as meta) under the store lock.
+func (s *Store) create(in *store.Session, meta json.RawMessage) error {
 	key := in.Key()
 	if _, exists := s.sessions[key]; exists {
 		return rein.Errorf(rein.CodeConflict, "session %q already exists", in.ID)
@@ -51,6 +57,81 @@ func (s *Store) CreateSession(ctx context.Context, in *store.Session) error {
 	in.Metadata = bytes.Clone(meta)
 	in.CreatedAt = rec.CreatedAt
 	return nil
+}
+
+// CreateSessionOnce implements store.Sessions: the store lock makes the
+// look-up and the creation one step.
+func (s *Store) CreateSessionOnce(ctx context.Context, in *store.Session) (*store.Session, bool, error) {
+	if in.ID == "" {
+		return nil, false, rein.InvalidArgument("id", "session id is empty")
+	}
+	meta, err := jsonOrEmpty("metadata", in.Metadata)
+	if err != nil {
+		return nil, false, err
+	}
+	if err := s.lock(ctx); err != nil {
+		return nil, false, err
+	}
+	defer s.mu.Unlock()
+	if ss := s.sessions[in.Key()]; ss != nil {
+		return ss.rec.Clone(), false, nil
+	}
+	for k := range s.sessions {
+		if k.ID == in.ID {
+			return nil, false, errIDTaken()
+		}
+	}
+	if err := s.create(in, meta); err != nil {
+		return nil, false, err
+	}
+	return in, true, nil
+}
+
+// errIDTaken refuses an id another owner has, saying nothing about them.
+func errIDTaken() error {
+	return rein.Errorf(rein.CodeConflict, "this session id is taken: choose another")
+}
+
+// ListSessionSummaries implements store.Sessions.
+func (s *Store) ListSessionSummaries(ctx context.Context, owner string, page store.SessionPage) ([]*store.SessionSummary, error) {
+	list, err := s.ListSessions(ctx, owner)
+	if err != nil {
+		return nil, err
+	}
+	if err := s.lock(ctx); err != nil {
+		return nil, err
+	}
+	defer s.mu.Unlock()
+	out := []*store.SessionSummary{}
+	for _, sess := range list {
+		if !page.After.IsZero() && !store.OlderThan(sess, page.After) {
+			continue
+		}
+		if page.Limit > 0 && len(out) == page.Limit {
+			break
+		}
+		ss := s.sessions[sess.Key()]
+		if ss == nil {
+			continue // deleted in between
+		}
+		sum := &store.SessionSummary{Session: ss.rec.Clone()}
+		for _, r := range ss.runs {
+			if r.Status == rein.StatusRunning || r.Status == rein.StatusQueued {
+				sum.Busy = true
+				break
+			}
+		}
+		for _, c := range ss.confirmations {
+			if c.State == store.ConfirmationPending {
+				sum.PendingConfirmations++
+			}
+		}
+		if n := len(ss.events); n > 0 {
+			sum.LastEventAt = ss.events[n-1].CreatedAt
+		}
+		out = append(out, sum)
+	}
+	return out, nil
 }
 
 // GetSession implements store.Sessions.
@@ -145,4 +226,43 @@ func (s *Store) SetSystem(ctx context.Context, key rein.SessionKey, system *stri
 		ss.rec.System = &v
 	}
 	return nil
+}
+
+// UpdateSession implements store.Tx.
+func (t *tx) UpdateSession(u store.SessionUpdate) (*store.Session, error) {
+	if err := t.check(); err != nil {
+		return nil, err
+	}
+	rec := &t.ss.rec
+	if u.Metadata != nil {
+		meta, err := jsonOrEmpty("metadata", u.Metadata)
+		if err != nil {
+			return nil, err
+		}
+		old := rec.Metadata
+		t.onUndo(func() { rec.Metadata = old })
+		rec.Metadata = meta
+	}
+	if u.Title != nil {
+		t.setTitle(*u.Title)
+	}
+	return rec.Clone(), nil
+}
+
+// SetDefaultTitle implements store.Tx.
+func (t *tx) SetDefaultTitle(title string) error {
+	if err := t.check(); err != nil {
+		return err
+	}
+	if t.ss.rec.Title == nil {
+		t.setTitle(title)
+	}
+	return nil
+}
+
+func (t *tx) setTitle(title string) {
+	rec := &t.ss.rec
+	old := rec.Title
+	t.onUndo(func() { rec.Title = old })
+	rec.Title = &title
 }

@@ -18,15 +18,34 @@ import (
 // CreateSession stores the session and its (empty) event counter in one
 // transaction.
 func (s *Store) CreateSession(ctx context.Context, sess *store.Session) error {
+	_, _, err := s.createSession(ctx, sess, false)
+	return err
+}
+
+// CreateSessionOnce stores the session unless its id is in use. Every
+// creation of a session takes a transaction-scoped advisory lock on the
+// id's hash first, so the look-up here and the insert are one step with
+// respect to every other creation of that id, in any process (the primary
+// key is (owner, id): it cannot refuse another owner's id by itself).
+func (s *Store) CreateSessionOnce(ctx context.Context, sess *store.Session) (*store.Session, bool, error) {
+	return s.createSession(ctx, sess, true)
+}
+
+// idLockSQL serialises the creations of one session id (see
+// CreateSessionOnce); the second key keeps the lock apart from any other
+// advisory lock of the database.
+const idLockSQL = `SELECT pg_advisory_xact_lock(hashtextextended($1, 0))`
+
+func (s *Store) createSession(ctx context.Context, sess *store.Session, once bool) (*store.Session, bool, error) {
 	if err := s.checkOpen(); err != nil {
-		return err
+		return nil, false, err
 	}
 	if sess.ID == "" {
-		return rein.InvalidArgument("id", "session id is empty")
+		return nil, false, rein.InvalidArgument("id", "session id is empty")
 	}
 	meta, err := jsonOrEmpty("metadata", sess.Metadata)
 	if err != nil {
-		return err
+		return nil, false, err
 	}
 	sess.Metadata = meta
 	if sess.CreatedAt.IsZero() {
@@ -37,40 +56,90 @@ func (s *Store) CreateSession(ctx context.Context, sess *store.Session) error {
 	var subagent []byte
 	if sess.Subagent != nil {
 		if subagent, err = json.Marshal(sess.Subagent); err != nil {
-			return rein.Errorf(rein.CodeInvalidArgument, "subagent descriptor: %w", err)
+			return nil, false, rein.Errorf(rein.CodeInvalidArgument, "subagent descriptor: %w", err)
 		}
 	}
 	octx, cancel := s.opContext(ctx)
 	defer cancel()
-	b := &pgx.Batch{}
-	b.Queue(`INSERT INTO sessions (owner, id, parent_id, metadata, system, subagent, created_at, agent)
-		VALUES ($1, $2, $3, $4::text::json, $5, $6::text::json, $7, $8)`,
-		sess.Owner, sess.ID, nullString(sess.ParentID), string(sess.Metadata), sess.System, nullBytes(subagent), sess.CreatedAt, sess.Agent)
-	b.Queue(`INSERT INTO event_seqs (owner, session_id) VALUES ($1, $2)`, sess.Owner, sess.ID)
-	err = s.pool.SendBatch(octx, b).Close()
+	insert := func(b *pgx.Batch) {
+		b.Queue(`INSERT INTO sessions (owner, id, parent_id, metadata, system, subagent, created_at, agent, title)
+			VALUES ($1, $2, $3, $4::text::json, $5, $6::text::json, $7, $8, $9)`,
+			sess.Owner, sess.ID, nullString(sess.ParentID), string(sess.Metadata), sess.System, nullBytes(subagent), sess.CreatedAt, sess.Agent, sess.Title)
+		b.Queue(`INSERT INTO event_seqs (owner, session_id) VALUES ($1, $2)`, sess.Owner, sess.ID)
+	}
+	var existing []*store.Session
+	if once {
+		err = s.createOnce(octx, sess.ID, &existing, insert)
+	} else {
+		b := &pgx.Batch{}
+		b.Queue(idLockSQL, sess.ID) // one implicit transaction: held to its end
+		insert(b)
+		err = s.pool.SendBatch(octx, b).Close()
+	}
 	if err == nil {
-		return nil
+		for _, e := range existing {
+			if e.Owner == sess.Owner {
+				return e, false, nil
+			}
+		}
+		if len(existing) > 0 {
+			return nil, false, rein.Errorf(rein.CodeConflict, "this session id is taken: choose another")
+		}
+		return sess, true, nil
 	}
 	err = s.fail(ctx, octx, "create session", err)
 	switch rein.CodeOf(err) {
 	case rein.CodeConflict:
-		return rein.Errorf(rein.CodeConflict, "session %s already exists", sess.ID)
+		return nil, false, rein.Errorf(rein.CodeConflict, "session %s already exists", sess.ID)
 	case rein.CodeNotFound:
-		return rein.Errorf(rein.CodeNotFound, "parent session %s not found", sess.ParentID)
+		return nil, false, rein.Errorf(rein.CodeNotFound, "parent session %s not found", sess.ParentID)
 	}
-	return err
+	return nil, false, err
 }
 
-const sessionColumns = `owner, id, parent_id, metadata, system, subagent, created_at, agent`
+// createOnce runs CreateSessionOnce's transaction: the id's lock and the
+// sessions that have the id in one round trip, then, if none has it, the
+// insert and the commit in a second.
+func (s *Store) createOnce(octx context.Context, id string, existing *[]*store.Session, insert func(*pgx.Batch)) error {
+	conn, err := s.pool.Acquire(octx)
+	if err != nil {
+		return err
+	}
+	defer conn.Release()
+	b := &pgx.Batch{}
+	b.Queue(`BEGIN`)
+	b.Queue(idLockSQL, id)
+	queryRows(b, scanSession, existing, `SELECT `+sessionColumns+` FROM sessions WHERE id = $1`, id)
+	if err := conn.SendBatch(octx, b).Close(); err != nil {
+		_, _ = conn.Exec(octx, `ROLLBACK`)
+		return err
+	}
+	b = &pgx.Batch{}
+	if len(*existing) == 0 {
+		insert(b)
+	}
+	b.Queue(`COMMIT`)
+	if err := conn.SendBatch(octx, b).Close(); err != nil {
+		_, _ = conn.Exec(octx, `ROLLBACK`)
+		return err
+	}
+	return nil
+}
 
-func scanSession(row pgx.Row) (*store.Session, error) {
+const sessionColumns = `owner, id, parent_id, metadata, system, subagent, created_at, agent, title`
+
+func scanSession(row pgx.Row) (*store.Session, error) { return scanSessionAnd(row) }
+
+// scanSessionAnd reads a row of sessionColumns, then into extra the
+// columns that follow them.
+func scanSessionAnd(row pgx.Row, extra ...any) (*store.Session, error) {
 	var (
 		sess     store.Session
 		parent   *string
 		metadata []byte
 		subagent []byte
 	)
-	if err := row.Scan(&sess.Owner, &sess.ID, &parent, &metadata, &sess.System, &subagent, &sess.CreatedAt, &sess.Agent); err != nil {
+	if err := row.Scan(append([]any{&sess.Owner, &sess.ID, &parent, &metadata, &sess.System, &subagent, &sess.CreatedAt, &sess.Agent, &sess.Title}, extra...)...); err != nil {
 		return nil, err
 	}
 	if parent != nil {
@@ -387,4 +456,39 @@ func fromNullTime(t *time.Time) time.Time {
 		return time.Time{}
 	}
 	return t.UTC()
+}
+
+// summarySQL pages an owner's sessions with their state in one query:
+// each subquery is an index lookup in the session's rows (runs_active,
+// confirmations_pending, the events' primary key).
+const summarySQL = `SELECT ` + sessionColumns + `,
+		EXISTS (SELECT 1 FROM runs r WHERE r.owner = sessions.owner AND r.session_id = sessions.id AND r.status IN ('QUEUED', 'RUNNING')) AS busy,
+		(SELECT count(*) FROM confirmations c WHERE c.owner = sessions.owner AND c.session_id = sessions.id AND c.state = 'pending') AS pending,
+		(SELECT e.created_at FROM events e WHERE e.owner = sessions.owner AND e.session_id = sessions.id ORDER BY e.seq DESC LIMIT 1) AS last_event_at
+	FROM sessions
+	WHERE owner = $1 AND ($2 OR (created_at, id) < ($3, $4))
+	ORDER BY sessions.created_at DESC, sessions.id DESC LIMIT $5`
+
+// ListSessionSummaries returns a page of the owner's sessions with their
+// state.
+func (s *Store) ListSessionSummaries(ctx context.Context, owner string, page store.SessionPage) ([]*store.SessionSummary, error) {
+	var limit *int
+	if page.Limit > 0 {
+		limit = &page.Limit
+	}
+	scan := func(row pgx.Row) (*store.SessionSummary, error) {
+		var (
+			sum  store.SessionSummary
+			last *time.Time
+			err  error
+		)
+		if sum.Session, err = scanSessionAnd(row, &sum.Busy, &sum.PendingConfirmations, &last); err != nil {
+			return nil, err
+		}
+		if last != nil {
+			sum.LastEventAt = last.UTC()
+		}
+		return &sum, nil
+	}
+	return queryAll(ctx, s, "list sessions", scan, summarySQL, owner, page.After.IsZero(), dbTime(page.After.CreatedAt), page.After.ID, limit)
 }

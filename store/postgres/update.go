@@ -71,10 +71,14 @@ type updateTx struct {
 	now      time.Time
 	leaseNow *time.Time
 
-	lease   *store.Lease // the session's lease as this transaction sees it
-	lastSeq int64        // the counter, counting held-back events
+	lease *store.Lease // the session's lease as this transaction sees it
+	// untitled: the session has no title (read with the session row's
+	// lock, so SetDefaultTitle costs nothing once it has one).
+	untitled bool
+	lastSeq  int64 // the counter, counting held-back events
 
 	events  []rein.Event // held back for the commit, seqs assigned
+	title   *string      // a default title held back for the commit
 	history []string     // held back for the commit, encoded
 
 	// err is the failure that aborted the database transaction.
@@ -130,7 +134,8 @@ func (u *updateTx) lock() (bool, error) {
 	u.lease = nil
 	b := &pgx.Batch{}
 	b.Queue(`BEGIN ISOLATION LEVEL READ COMMITTED`)
-	queryRow(b, scanTime, &u.now, &found, `SELECT now() FROM sessions WHERE owner = $1 AND id = $2 FOR UPDATE`,
+	var head txHead
+	queryRow(b, scanTxHead, &head, &found, `SELECT now(), title IS NULL FROM sessions WHERE owner = $1 AND id = $2 FOR UPDATE`,
 		u.key.Owner, u.key.ID)
 	queryRow(b, scanLease, &u.lease, nil, `SELECT `+leaseColumns+` FROM leases WHERE owner = $1 AND session_id = $2 FOR UPDATE`,
 		u.key.Owner, u.key.ID)
@@ -139,11 +144,24 @@ func (u *updateTx) lock() (bool, error) {
 	if err := u.conn.SendBatch(u.octx, b).Close(); err != nil {
 		return false, err
 	}
+	u.now, u.untitled = head.now, head.untitled
 	if found && !counted {
 		return false, rein.Errorf(rein.CodeInternal, "postgres: session %s has no event counter", u.key.ID)
 	}
 	u.now = u.now.UTC()
 	return found, nil
+}
+
+// txHead is what an Update reads of the session row as it locks it.
+type txHead struct {
+	now      time.Time
+	untitled bool
+}
+
+func scanTxHead(row pgx.Row) (txHead, error) {
+	var h txHead
+	err := row.Scan(&h.now, &h.untitled)
+	return h, err
 }
 
 func scanTime(row pgx.Row) (time.Time, error) {
@@ -158,6 +176,9 @@ func scanTime(row pgx.Row) (time.Time, error) {
 func (u *updateTx) commit() error {
 	b := &pgx.Batch{}
 	queueHistory(b, u.key, 0, u.history)
+	if u.title != nil {
+		b.Queue(`UPDATE sessions SET title = $3 WHERE owner = $1 AND id = $2 AND title IS NULL`, u.key.Owner, u.key.ID, *u.title)
+	}
 	if len(u.events) > 0 {
 		var (
 			ec   eventColumns
@@ -455,4 +476,52 @@ func (u *updateTx) Confirmations(state store.ConfirmationState) ([]*store.Confir
 		return nil, err
 	}
 	return out, nil
+}
+
+// UpdateSession changes the session row and returns it.
+func (u *updateTx) UpdateSession(su store.SessionUpdate) (*store.Session, error) {
+	if err := u.usable(); err != nil {
+		return nil, err
+	}
+	var meta *string
+	if su.Metadata != nil {
+		m, err := jsonOrEmpty("metadata", su.Metadata)
+		if err != nil {
+			return nil, err
+		}
+		ms := string(m)
+		meta = &ms
+	}
+	var sess *store.Session
+	b := &pgx.Batch{}
+	queryRow(b, scanSession, &sess, nil, `UPDATE sessions SET metadata = coalesce($3::text::json, metadata),
+		title = CASE WHEN $4 THEN $5 ELSE title END
+		WHERE owner = $1 AND id = $2 RETURNING `+sessionColumns,
+		u.key.Owner, u.key.ID, meta, su.Title != nil, su.Title)
+	if err := u.send("update session", b); err != nil {
+		return nil, err
+	}
+	if sess == nil {
+		return nil, errSessionNotFound
+	}
+	if su.Title != nil {
+		u.untitled = false
+	}
+	return sess, nil
+}
+
+// SetDefaultTitle titles an untitled session. Whether it has a title was
+// read with the lock of the session row, so once it has one this sends
+// nothing; otherwise the update is held back for the commit's round trip.
+func (u *updateTx) SetDefaultTitle(title string) error {
+	if err := u.usable(); err != nil {
+		return err
+	}
+	if !u.untitled {
+		return nil
+	}
+	u.untitled = false
+	t := title
+	u.title = &t
+	return nil
 }

@@ -12,28 +12,73 @@ import (
 
 // CreateSession implements store.Sessions.
 func (s *Store) CreateSession(ctx context.Context, in *store.Session) error {
+	_, _, err := s.createSession(ctx, in, false)
+	return err
+}
+
+// CreateSessionOnce implements store.Sessions: the look-up of the id and
+// the creation are one operation of the one writer.
+func (s *Store) CreateSessionOnce(ctx context.Context, in *store.Session) (*store.Session, bool, error) {
+	return s.createSession(ctx, in, true)
+}
+
+// createSession creates in; once, the id must be free across owners (an
+// existing session of in's owner is returned instead).
+func (s *Store) createSession(ctx context.Context, in *store.Session, once bool) (*store.Session, bool, error) {
 	if in.ID == "" {
-		return rein.InvalidArgument("id", "session id is empty")
+		return nil, false, rein.InvalidArgument("id", "session id is empty")
 	}
 	meta, err := jsonOrEmpty("metadata", in.Metadata)
 	if err != nil {
-		return err
+		return nil, false, err
 	}
 	var sub sql.NullString
 	if in.Subagent != nil {
 		b, err := json.Marshal(in.Subagent)
 		if err != nil {
-			return rein.Errorf(rein.CodeInvalidArgument, "subagent descriptor: %w", err)
+			return nil, false, rein.Errorf(rein.CodeInvalidArgument, "subagent descriptor: %w", err)
 		}
 		sub = sql.NullString{String: string(b), Valid: true}
 	}
-	var system sql.NullString
+	var system, title sql.NullString
 	if in.System != nil {
 		system = sql.NullString{String: *in.System, Valid: true}
 	}
+	if in.Title != nil {
+		title = sql.NullString{String: *in.Title, Valid: true}
+	}
 	key := in.Key()
 	var createdAt = norm(in.CreatedAt)
+	var existing *store.Session
 	err = s.write(ctx, "creating session", func(tx *wtx) error {
+		existing = nil
+		if once {
+			rows, err := tx.query(`SELECT `+sessionColumns+` FROM sessions WHERE id = ?`, in.ID)
+			if err != nil {
+				return err
+			}
+			var found []*store.Session
+			for rows.Next() {
+				sess, err := scanSession(rows)
+				if err != nil {
+					rows.Close()
+					return err
+				}
+				found = append(found, sess)
+			}
+			if err := errors.Join(rows.Err(), rows.Close()); err != nil {
+				return err
+			}
+			for _, f := range found {
+				if f.Owner == in.Owner {
+					existing = f
+					return nil
+				}
+			}
+			if len(found) > 0 {
+				return rein.Errorf(rein.CodeConflict, "this session id is taken: choose another")
+			}
+		}
 		if _, err := tx.session(key); err == nil {
 			return rein.Errorf(rein.CodeConflict, "session %q already exists", in.ID)
 		} else if !errors.Is(err, rein.ErrNotFound) {
@@ -50,9 +95,9 @@ func (s *Store) CreateSession(ctx context.Context, in *store.Session) error {
 		if createdAt.IsZero() {
 			createdAt = tx.now
 		}
-		res, err := tx.exec(`INSERT INTO sessions (owner, id, parent_id, metadata, system, subagent, created_at, agent)
-			VALUES (?, ?, ?, ?, ?, ?, ?, ?)`,
-			in.Owner, in.ID, in.ParentID, string(meta), system, sub, createdAt.UnixMicro(), in.Agent)
+		res, err := tx.exec(`INSERT INTO sessions (owner, id, parent_id, metadata, system, subagent, created_at, agent, title)
+			VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)`,
+			in.Owner, in.ID, in.ParentID, string(meta), system, sub, createdAt.UnixMicro(), in.Agent, title)
 		if err != nil {
 			return err
 		}
@@ -68,6 +113,10 @@ func (s *Store) CreateSession(ctx context.Context, in *store.Session) error {
 			v := system.String
 			stored.System = &v
 		}
+		if title.Valid {
+			v := title.String
+			stored.Title = &v
+		}
 		if sub.Valid {
 			stored.Subagent = new(store.SubagentDescriptor)
 			if err := json.Unmarshal([]byte(sub.String), stored.Subagent); err != nil {
@@ -78,25 +127,34 @@ func (s *Store) CreateSession(ctx context.Context, in *store.Session) error {
 		return nil
 	})
 	if err != nil {
-		return err
+		return nil, false, err
+	}
+	if existing != nil {
+		return existing, false, nil
 	}
 	in.Metadata = append(json.RawMessage(nil), meta...)
 	in.CreatedAt = createdAt
-	return nil
+	return in, true, nil
 }
 
-const sessionColumns = `owner, id, parent_id, metadata, system, subagent, created_at, agent`
+const sessionColumns = `owner, id, parent_id, metadata, system, subagent, created_at, agent, title`
 
-func scanSession(sc interface{ Scan(...any) error }) (*store.Session, error) {
+// scanSession reads a row of sessionColumns, then into extra the columns
+// that follow them.
+func scanSession(sc interface{ Scan(...any) error }, extra ...any) (*store.Session, error) {
 	var (
 		out      store.Session
 		meta     string
 		system   sql.NullString
 		sub      sql.NullString
+		title    sql.NullString
 		creation sql.NullInt64
 	)
-	if err := sc.Scan(&out.Owner, &out.ID, &out.ParentID, &meta, &system, &sub, &creation, &out.Agent); err != nil {
+	if err := sc.Scan(append([]any{&out.Owner, &out.ID, &out.ParentID, &meta, &system, &sub, &creation, &out.Agent, &title}, extra...)...); err != nil {
 		return nil, err
+	}
+	if title.Valid {
+		out.Title = &title.String
 	}
 	out.Metadata = json.RawMessage(meta)
 	if system.Valid {
@@ -212,4 +270,45 @@ func readPK(ctx context.Context, q interface {
 		return 0, 0, notFound("session")
 	}
 	return pk, lastSeq, err
+}
+
+// summarySQL pages an owner's sessions with their state, one query for the
+// page: each subquery is a lookup in an index of the session's rows
+// (runs_active, confirmations_by_run, events_by_seq).
+const summarySQL = `SELECT ` + sessionColumns + `,
+		EXISTS (SELECT 1 FROM runs r WHERE r.session_pk = sessions.pk AND r.status IN ('QUEUED', 'RUNNING')) AS busy,
+		(SELECT count(*) FROM confirmations c WHERE c.session_pk = sessions.pk AND c.state = 'pending') AS pending,
+		(SELECT e.created_at FROM events e WHERE e.session_pk = sessions.pk ORDER BY e.seq DESC LIMIT 1) AS last_event_at
+	FROM sessions
+	WHERE owner = ? AND (? OR created_at < ? OR (created_at = ? AND id < ?))
+	ORDER BY sessions.created_at DESC, sessions.id DESC LIMIT ?`
+
+// ListSessionSummaries implements store.Sessions.
+func (s *Store) ListSessionSummaries(ctx context.Context, owner string, page store.SessionPage) ([]*store.SessionSummary, error) {
+	limit := page.Limit
+	if limit <= 0 {
+		limit = -1 // SQLite: no limit
+	}
+	after := page.After.CreatedAt.UnixMicro()
+	rows, err := s.rq.QueryContext(ctx, summarySQL, owner, page.After.IsZero(), after, after, page.After.ID, limit)
+	if err != nil {
+		return nil, s.fail("listing sessions", err)
+	}
+	defer rows.Close()
+	out := []*store.SessionSummary{}
+	for rows.Next() {
+		var (
+			sum  store.SessionSummary
+			last sql.NullInt64
+		)
+		if sum.Session, err = scanSession(rows, &sum.Busy, &sum.PendingConfirmations, &last); err != nil {
+			return nil, s.fail("listing sessions", err)
+		}
+		sum.LastEventAt = fromMicros(last)
+		out = append(out, &sum)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, s.fail("listing sessions", err)
+	}
+	return out, nil
 }

@@ -355,3 +355,48 @@ func (t *sqlTx) StartConfirmation(toolUseID string) error {
 	}
 	return t.end("starting confirmed call", t.w.startConfirmation(t.si, toolUseID))
 }
+
+// UpdateSession implements store.Tx.
+func (t *sqlTx) UpdateSession(u store.SessionUpdate) (*store.Session, error) {
+	if err := t.begin(); err != nil {
+		return nil, err
+	}
+	if u.Metadata != nil {
+		meta, err := jsonOrEmpty("metadata", u.Metadata)
+		if err != nil {
+			return nil, err
+		}
+		if _, err := t.w.exec(`UPDATE sessions SET metadata = ? WHERE pk = ?`, string(meta), t.si.pk); err != nil {
+			return nil, t.end("updating session", err)
+		}
+	}
+	if u.Title != nil {
+		if _, err := t.w.exec(`UPDATE sessions SET title = ? WHERE pk = ?`, *u.Title, t.si.pk); err != nil {
+			return nil, t.end("updating session", err)
+		}
+	}
+	t.w.op.restated = append(t.w.op.restated, t.key)
+	sess, err := scanSession(t.w.queryRow(`SELECT `+sessionColumns+` FROM sessions WHERE pk = ?`, t.si.pk))
+	if err != nil {
+		return nil, t.end("reading session", err)
+	}
+	return sess, nil
+}
+
+// SetDefaultTitle implements store.Tx: one UPDATE by primary key that
+// changes nothing once the session has a title.
+func (t *sqlTx) SetDefaultTitle(title string) error {
+	if err := t.begin(); err != nil {
+		return err
+	}
+	res, err := t.w.exec(`UPDATE sessions SET title = ? WHERE pk = ? AND title IS NULL`, title, t.si.pk)
+	if err != nil {
+		return t.end("titling session", err)
+	}
+	if n, err := res.RowsAffected(); err != nil {
+		return t.end("titling session", err)
+	} else if n > 0 {
+		t.w.op.restated = append(t.w.op.restated, t.key)
+	}
+	return nil
+}

@@ -288,7 +288,9 @@
   }
 
   function sessionTitle(s) {
-    const t = s && s.metadata && typeof s.metadata.title === 'string' && s.metadata.title.trim();
+    // The session's title; a metadata.title from before sessions had one.
+    const t = (s && typeof s.title === 'string' && s.title.trim()) ||
+      (s && s.metadata && typeof s.metadata.title === 'string' && s.metadata.title.trim());
     if (t) return t;
     return (s && s.parent_session_id ? 'Subagent ' : 'Session ') + shortId(s && s.id);
   }
@@ -355,7 +357,7 @@
     const title = $('new-title').value.trim();
     const body = {};
     if (agent) body.agent = agent;
-    if (title) body.metadata = { title };
+    if (title) body.title = title;
     const btn = $('create-session');
     btn.disabled = true;
     setError($('new-error'), '');
