@@ -6,6 +6,7 @@ import (
 	"strings"
 
 	"github.com/reinhq/rein/protocol"
+	"github.com/reinhq/rein/protocol/aisdk"
 	"github.com/reinhq/rein/protocol/anthropic"
 	"github.com/reinhq/rein/sessions"
 )
@@ -18,6 +19,9 @@ var knownProtocols = []struct {
 }{
 	{"anthropic", func(svc *sessions.Service, log *slog.Logger) protocol.Mount {
 		return anthropic.Mount(svc, anthropic.Options{Logger: log})
+	}},
+	{"ai-sdk", func(svc *sessions.Service, log *slog.Logger) protocol.Mount {
+		return aisdk.Mount(svc, aisdk.Options{Logger: log})
 	}},
 }
 

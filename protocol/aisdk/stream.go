@@ -1,0 +1,173 @@
+package aisdk
+
+import (
+	"context"
+	"encoding/json"
+	"net/http"
+	"strconv"
+
+	"github.com/reinhq/rein"
+	"github.com/reinhq/rein/protocol"
+)
+
+// Stream pacing.
+const (
+	streamPage = 1000
+	// backPage is how many events one backward read takes.
+	backPage = 500
+)
+
+// serveRun answers with the run's UI message stream: its events after
+// from, read from the log page by page and then live (one loop, so the
+// seam between replay and live can neither skip nor repeat), until the
+// run ends or waits for approvals. Each frame is `data: CHUNK` with an
+// `id:` line holding the seq of the event it renders; the stream ends
+// with `data: [DONE]`, as the SDK's own server helpers end it.
+func (h *Handler) serveRun(w http.ResponseWriter, r *http.Request, key rein.SessionKey, runID string, from int64) {
+	closing := context.Background()
+	if req := protocol.RequestOf(r.Context()); req != nil && req.OpenStream != nil {
+		var release func()
+		var err error
+		if closing, release, err = req.OpenStream(); err != nil {
+			h.writeError(w, r, err)
+			return
+		}
+		defer release()
+	}
+	hdr := w.Header()
+	hdr.Set("Content-Type", "text/event-stream")
+	hdr.Set("Cache-Control", "no-cache")
+	hdr.Set("X-Accel-Buffering", "no")
+	hdr.Set("X-Vercel-Ai-Ui-Message-Stream", "v1")
+	w.WriteHeader(http.StatusOK)
+	out := protocol.NewSSE(w)
+	ctx, cancel := context.WithCancel(r.Context())
+	defer cancel()
+	stop := context.AfterFunc(closing, cancel)
+	defer stop()
+
+	rd := newRunRenderer(key.ID, runID)
+	rd.seq = from
+	rd.add(startChunk{Type: "start", MessageID: runID, MessageMetadata: metadata{Rein: runMeta{ChatID: key.ID, RunID: runID}}})
+	cursor := from
+	for {
+		evs, last, err := h.svc.ReadEvents(ctx, key, cursor, streamPage)
+		if err != nil {
+			break
+		}
+		for _, e := range evs {
+			rd.event(e)
+		}
+		if len(evs) > 0 {
+			cursor = evs[len(evs)-1].Seq
+		}
+		if !rd.done && cursor >= last && len(rd.awaiting) > 0 && h.parked(ctx, key, rd) {
+			rd.park()
+		}
+		if err := writeChunks(out, rd.out); err != nil {
+			return
+		}
+		rd.out = rd.out[:0]
+		if rd.done {
+			_ = out.Write([]byte("data: [DONE]\n\n"))
+			return
+		}
+		if cursor < last {
+			continue
+		}
+		if err := out.WaitOrBeat(ctx, h.heartbeat, func(ctx context.Context) error { return h.svc.WaitEvents(ctx, key, cursor) }); err != nil {
+			break
+		}
+	}
+	// The server is closing its streams, or the log could not be read:
+	// the stream ends without [DONE], which the client takes for a lost
+	// connection (resumeStream picks it up).
+}
+
+// parked reports whether the run waits for the approvals the stream asked:
+// they are still pending in the store.
+func (h *Handler) parked(ctx context.Context, key rein.SessionKey, rd *runRenderer) bool {
+	info, err := h.svc.GetSession(ctx, key)
+	if err != nil {
+		return false
+	}
+	for _, c := range info.PendingConfirmations {
+		if c.RunID == rd.run && rd.awaiting[c.ToolUseID] {
+			return true
+		}
+	}
+	return false
+}
+
+// resumeStream is GET /ai-sdk/chat/{id}/stream, the transport's
+// reconnectToStream: 204 when the chat has no queued or running run;
+// otherwise that run's stream replayed from its first event, then live
+// (the transport's resumeStreamIsReplay: the replay's start resets the
+// client's message, which the replay then rebuilds whole).
+func (h *Handler) resumeStream(w http.ResponseWriter, r *http.Request) {
+	ctx := r.Context()
+	key := rein.SessionKey{Owner: protocol.Owner(r), ID: r.PathValue("id")}
+	info, err := h.svc.GetSession(ctx, key)
+	if err != nil {
+		h.writeError(w, r, err)
+		return
+	}
+	runID := info.CurrentRunID
+	if runID == "" && len(info.QueuedRunIDs) > 0 {
+		runID = info.QueuedRunIDs[0]
+	}
+	if runID == "" {
+		w.WriteHeader(http.StatusNoContent)
+		return
+	}
+	from, err := h.runStart(ctx, key, runID)
+	if err != nil {
+		h.writeError(w, r, err)
+		return
+	}
+	h.serveRun(w, r, key, runID, from)
+}
+
+// runStart is the cursor just before the run's first event (its
+// user.message), read back from the log's end.
+func (h *Handler) runStart(ctx context.Context, key rein.SessionKey, runID string) (int64, error) {
+	_, hi, err := h.svc.ReadEvents(ctx, key, 0, 1)
+	if err != nil {
+		return 0, err
+	}
+	for hi > 0 {
+		lo := max(0, hi-backPage)
+		evs, _, err := h.svc.ReadEvents(ctx, key, lo, int(hi-lo))
+		if err != nil {
+			return 0, err
+		}
+		for i := len(evs) - 1; i >= 0; i-- {
+			if e := evs[i]; e.Type == rein.EventUserMessage && e.RunID == runID {
+				return e.Seq - 1, nil
+			}
+		}
+		hi = lo
+	}
+	// Not logged (cannot happen for a run of the session): from the start.
+	return 0, nil
+}
+
+// writeChunks sends chunks as frames, all in one write.
+func writeChunks(out *protocol.SSE, cs []chunk) error {
+	if len(cs) == 0 {
+		return nil
+	}
+	out.Buf.Reset()
+	for _, c := range cs {
+		b, err := json.Marshal(c.data)
+		if err != nil {
+			return err
+		}
+		out.Buf.WriteString("id: ")
+		out.Buf.WriteString(strconv.FormatInt(c.seq, 10))
+		out.Buf.WriteString("\ndata: ")
+		out.Buf.Write(b)
+		out.Buf.WriteString("\n\n")
+	}
+	return out.Write(out.Buf.Bytes())
+}
