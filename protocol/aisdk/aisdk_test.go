@@ -8,6 +8,9 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -238,5 +241,46 @@ func TestApprovalContinuesTheRun(t *testing.T) {
 		if resp.StatusCode != http.StatusConflict || !strings.Contains(string(b), `"code":"conflict"`) {
 			t.Fatalf("answer again: %d %s", resp.StatusCode, b)
 		}
+	}
+}
+
+// TestNodeSDK runs the `ai` package's interop test (testdata/node, ai
+// pinned by its lockfile: AbstractChat and DefaultChatTransport) against a
+// server. Without node on PATH it is skipped, unless REIN_REQUIRE_NODE is
+// set (CI sets it).
+func TestNodeSDK(t *testing.T) {
+	if testing.Short() {
+		t.Skip("installs npm packages")
+	}
+	node, err := exec.LookPath("node")
+	npm, err2 := exec.LookPath("npm")
+	if err != nil || err2 != nil {
+		if os.Getenv("REIN_REQUIRE_NODE") != "" {
+			t.Fatal("node and npm are required (REIN_REQUIRE_NODE is set)")
+		}
+		t.Skip("node or npm is not on PATH")
+	}
+	dir, err := filepath.Abs("testdata/node")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ci := exec.Command(npm, "ci", "--no-audit", "--no-fund")
+	ci.Dir = dir
+	if out, err := ci.CombinedOutput(); err != nil {
+		t.Fatalf("npm ci: %v\n%s", err, out)
+	}
+	srv := newServer(t)
+	// A hang is a failure with the tests' output, not a CI timeout.
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, node, "--test", "--test-timeout=30000")
+	cmd.Dir = dir
+	cmd.Env = append(os.Environ(), "REIN_URL="+srv.URL, "REIN_TOKEN=tok-alice")
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		t.Fatalf("node --test: %v\n%s", err, out)
+	}
+	if !strings.Contains(string(out), "# fail 0") || !strings.Contains(string(out), "# pass 7") {
+		t.Fatalf("node --test did not pass its 7 tests:\n%s", out)
 	}
 }
