@@ -3,6 +3,9 @@ package rein
 import (
 	"errors"
 	"fmt"
+	"strconv"
+	"strings"
+	"unicode/utf8"
 )
 
 // Code is an error code from docs/api.md. Every error that crosses the HTTP
@@ -45,9 +48,12 @@ func (c Code) HTTPStatus() int {
 	}
 }
 
-// Error is an error with a SPEC code. Messages are safe to show to the
-// owner of the request: they never carry another owner's data, an instance
-// id, or a stack trace.
+// Error is an error with a SPEC code. It keeps apart what a client may
+// read and what only the log may: Message (with Code, Param and RunID) is
+// the answer, safe to show to the owner of the request — it never carries
+// another owner's data, an instance id, a stack trace, or the text of an
+// internal cause — and Err is the cause, for logs, errors.Is and
+// errors.As. Error joins them, so a log line has both.
 type Error struct {
 	Code    Code
 	Message string
@@ -61,7 +67,10 @@ type Error struct {
 }
 
 func (e *Error) Error() string {
-	msg := string(e.Code) + ": " + e.Message
+	msg := string(e.Code)
+	if e.Message != "" {
+		msg += ": " + e.Message
+	}
 	if e.Param != "" {
 		msg += " (" + e.Param + ")"
 	}
@@ -95,12 +104,193 @@ var (
 	ErrInternal        = &Error{Code: CodeInternal}
 )
 
-// Errorf builds an *Error with code c and a formatted message. A %w verb
-// also sets the cause.
+// Errorf builds an *Error with code c and a message formatted from format
+// and args as fmt.Errorf would, with one difference: a %w operand is the
+// cause (Err), and its text stays out of the message, which is what a
+// client reads (docs/decisions/0081-errorf-keeps-causes-out.md):
+//
+//   - a cause that is itself a *Error, of any code but internal, is Rein's
+//     own text: its Message takes the verb's place
+//     (Errorf(CodeInvalidArgument, "history message %d: %w", 2, inner) reads
+//     "history message 2: " + inner.Message);
+//   - any other cause (a driver's, the network's, the file system's, an
+//     internal error's) is left out with the separator before it
+//     ("store unreachable: %w" reads "store unreachable");
+//   - a left-out cause followed by more text ("%w happened") would leave a
+//     sentence built around a hole: the message is then empty, and the
+//     server answers the code's generic message.
+//
+// Error() still holds the cause's full text, for logs. With several %w
+// verbs, Err unwraps to each of them.
 func Errorf(c Code, format string, args ...any) *Error {
 	err := fmt.Errorf(format, args...)
-	return &Error{Code: c, Message: err.Error(), Err: errors.Unwrap(err)}
+	e := &Error{Code: c, Message: publicf(format, args)}
+	switch w := err.(type) {
+	case interface{ Unwrap() error }:
+		e.Err = w.Unwrap()
+	case interface{ Unwrap() []error }:
+		e.Err = err
+	}
+	return e
 }
+
+// publicf formats format and args the way fmt does, each %w operand
+// rendered by publicCause; see Errorf for what becomes of a cause left out.
+func publicf(format string, args []any) string {
+	var (
+		b      strings.Builder
+		argNum int
+		// hole is the length of b when a cause was left out; any text
+		// after it makes the message a sentence with a hole.
+		hole = -1
+	)
+	for i := 0; i < len(format); {
+		if format[i] != '%' {
+			j := strings.IndexByte(format[i:], '%')
+			if j < 0 {
+				j = len(format) - i
+			}
+			lit := format[i : i+j]
+			if hole >= 0 && strings.Trim(lit, causeClosers) != "" {
+				return ""
+			}
+			if hole < 0 {
+				b.WriteString(lit)
+			}
+			i += j
+			continue
+		}
+		spec, used, verb, n := scanVerb(format[i:], args, &argNum)
+		i += n
+		switch {
+		case verb == '%':
+			if hole >= 0 {
+				return ""
+			}
+			b.WriteByte('%')
+		case verb == 'w':
+			var cause any
+			if len(used) > 0 {
+				cause = used[len(used)-1]
+			}
+			text := publicCause(cause)
+			switch {
+			case text != "" && hole >= 0:
+				return ""
+			case text != "":
+				b.WriteString(text)
+			case hole < 0:
+				hole = b.Len()
+			}
+		case hole >= 0:
+			return ""
+		case verb == 0:
+			b.WriteString(spec)
+		default:
+			fmt.Fprintf(&b, spec, used...)
+		}
+	}
+	out := b.String()
+	if hole >= 0 {
+		out = strings.TrimRight(out[:hole], causeOpeners)
+	}
+	return out
+}
+
+// What joins a message to a cause left out of it ("store unreachable: %w",
+// "read failed (%w)"): the openers before the cause go with it, and only
+// closers may follow it.
+const (
+	causeOpeners = " :;,-–—(["
+	causeClosers = " :;,-–—)]"
+)
+
+// publicCause is what a %w operand shows of itself in a message: the
+// message of a *Error that is not internal, or nothing.
+func publicCause(cause any) string {
+	if re, ok := cause.(*Error); ok && re != nil && re.Code != CodeInternal {
+		return re.Message
+	}
+	return ""
+}
+
+// scanVerb reads the verb at the start of s (s[0] == '%'): spec is the
+// verb without argument indexes (for fmt.Sprintf with used), used the
+// operands it consumes (a '*' width or precision, then the value), verb
+// its letter, n the bytes read. argNum is fmt's operand cursor, moved by
+// explicit indexes ("%[2]d") as fmt moves it.
+func scanVerb(s string, args []any, argNum *int) (spec string, used []any, verb rune, n int) {
+	var b strings.Builder
+	b.WriteByte('%')
+	badIndex := false
+	take := func() {
+		switch {
+		case badIndex:
+			used = append(used, badOperand("BADINDEX"))
+		case *argNum < len(args):
+			used = append(used, args[*argNum])
+		default:
+			used = append(used, badOperand("MISSING"))
+		}
+		*argNum++
+	}
+	index := func(i int) int {
+		// An explicit "[n]" moves the cursor to operand n.
+		if i < len(s) && s[i] == '[' {
+			if end := strings.IndexByte(s[i:], ']'); end > 0 {
+				k, err := strconv.Atoi(s[i+1 : i+end])
+				badIndex = err != nil || k < 1 || k > len(args)
+				if !badIndex {
+					*argNum = k - 1
+				}
+				return i + end + 1
+			}
+		}
+		return i
+	}
+	i := 1
+	for i < len(s) && strings.IndexByte("+-# 0", s[i]) >= 0 {
+		b.WriteByte(s[i])
+		i++
+	}
+	// number reads a width or a precision: "*" (an operand) or digits.
+	number := func(i int) int {
+		i = index(i)
+		if i < len(s) && s[i] == '*' {
+			b.WriteByte('*')
+			take()
+			return i + 1
+		}
+		for i < len(s) && s[i] >= '0' && s[i] <= '9' {
+			b.WriteByte(s[i])
+			i++
+		}
+		return i
+	}
+	i = number(i)
+	if i < len(s) && s[i] == '.' {
+		b.WriteByte('.')
+		i = number(i + 1)
+	}
+	i = index(i)
+	if i >= len(s) {
+		return "%!(NOVERB)", nil, 0, i
+	}
+	verb, size := utf8.DecodeRuneInString(s[i:])
+	i += size
+	if verb == '%' {
+		return "%%", nil, '%', i
+	}
+	b.WriteRune(verb)
+	take()
+	return b.String(), used, verb, i
+}
+
+// badOperand stands for an operand the format names and args lack (or
+// names by a bad index); it prints as fmt prints one.
+type badOperand string
+
+func (b badOperand) Format(f fmt.State, verb rune) { fmt.Fprintf(f, "%%!%c(%s)", verb, string(b)) }
 
 // InvalidArgument builds an invalid_argument error naming param.
 func InvalidArgument(param, format string, args ...any) *Error {

@@ -39,7 +39,7 @@ const retryAfterSeconds = 5
 
 // publicError turns err into what a client may see: its code, its status,
 // and a message that never carries a stack trace or an internal cause
-// (decision 0053). An error without a code is internal.
+// (decisions 0053 and 0081). An error without a code is internal.
 func publicError(err error) (int, errorBody) {
 	var re *rein.Error
 	if !errors.As(err, &re) || re.Code == rein.CodeInternal || re.Code.HTTPStatus() == http.StatusInternalServerError {
@@ -71,33 +71,12 @@ func foreignCause(re *rein.Error) bool {
 	return false
 }
 
-// publicMessage is re's message without its cause's text, or "" when that
-// cannot be cut out cleanly. rein.Errorf formats a %w operand into the
-// message ("store unreachable: dial tcp 10.0.0.5:5432: ..."), so the
-// message of a wrapped error carries the very text the log is for. A
-// cause that is itself a rein error is Rein's own text: it stays, as its
-// own public message (so no message repeats a code). Any other cause is
-// cut when it is the message's ": ..." tail; in any other place the whole
-// message is withheld.
+// publicMessage is re's message as it is: rein.Errorf keeps a cause's
+// text out of it (decision 0081), and a message built by hand holds what
+// its author wrote for the client. Only a leading "<code>: " is dropped,
+// so that no answer repeats its code. "" when there is nothing to show.
 func publicMessage(re *rein.Error) string {
-	msg := strings.TrimPrefix(re.Message, string(re.Code)+": ")
-	if re.Err == nil {
-		return msg
-	}
-	cause := re.Err.Error()
-	if cause == "" || !strings.Contains(msg, cause) {
-		// The cause was attached beside the message, not formatted into it.
-		return msg
-	}
-	if inner, ok := re.Err.(*rein.Error); ok && inner.Code != rein.CodeInternal && !(inner.Code == rein.CodeUnavailable && foreignCause(inner)) {
-		if in := publicMessage(inner); in != "" {
-			return strings.Replace(msg, cause, in, 1)
-		}
-	}
-	if rest, ok := strings.CutSuffix(msg, ": "+cause); ok && rest != "" {
-		return rest
-	}
-	return ""
+	return strings.TrimPrefix(re.Message, string(re.Code)+": ")
 }
 
 // genericMessage stands in for a message that could not be shown.

@@ -3,6 +3,7 @@ package server_test
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"net/http"
 	"path/filepath"
@@ -142,6 +143,26 @@ func TestErrorsWithoutInternals(t *testing.T) {
 				t.Fatalf("the caller's request id was not kept: %q", a.requestID)
 			}
 		})
+	}
+}
+
+// TestWrappedCauseIsNotAnswered: a store error built with rein.Errorf
+// around a cause full of secrets is answered with the message alone —
+// written as it is, nothing cut — while errors.Is still finds the cause
+// and the log holds it under the request id.
+func TestWrappedCauseIsNotAnswered(t *testing.T) {
+	t.Parallel()
+	cause := errors.New("UNIQUE constraint failed in /var/lib/rein/rein.db (user rein:s3cret)")
+	err := rein.Errorf(rein.CodeConflict, "the session conflicts with a stored one: %w", cause)
+	if !errors.Is(err, cause) || !errors.Is(err, rein.ErrConflict) {
+		t.Fatalf("errors.Is lost the cause or the code: %v", err)
+	}
+	logs, logger := newLog()
+	s := configured(t, options{store: &failingStore{Store: memory.New(), err: err}, logger: logger}, nil, nil)
+	a := s.doWithID("POST", "/api/sessions", "")
+	checkHidden(t, a, 409, logs, []string{"s3cret", "/var/lib", "UNIQUE"}, "UNIQUE constraint failed")
+	if a.code != "conflict" || a.message != "the session conflicts with a stored one" {
+		t.Fatalf("answer %s %q, want conflict %q", a.code, a.message, "the session conflicts with a stored one")
 	}
 }
 

@@ -14,6 +14,7 @@ import (
 
 	"github.com/reinhq/rein"
 	"github.com/reinhq/rein/internal/reintest"
+	"github.com/reinhq/rein/model"
 	"github.com/reinhq/rein/sessions"
 	"github.com/reinhq/rein/store"
 	"github.com/reinhq/rein/store/storetest"
@@ -47,6 +48,88 @@ func (c *counter) Call(_ context.Context, call tool.Call) (tool.Result, error) {
 	defer c.mu.Unlock()
 	c.calls[call.ID]++
 	return tool.Result{Output: "counted"}, nil
+}
+
+// pacedModel makes every streamed delta of a run its own write: before
+// it hands the model's next text chunk on, it waits until the previous
+// one is in the log (or the store has crashed), so no two deltas are
+// coalesced into one append and the harness can cut between any two.
+type pacedModel struct {
+	model.Model
+	st   store.Store
+	key  rein.SessionKey
+	dead <-chan struct{}
+}
+
+func (m *pacedModel) Stream(ctx context.Context, req *model.Request) (model.Stream, error) {
+	s, err := m.Model.Stream(ctx, req)
+	if err != nil {
+		return nil, err
+	}
+	return &pacedStream{Stream: s, m: m, ctx: ctx, run: req.RunID, step: req.Step}, nil
+}
+
+type pacedStream struct {
+	model.Stream
+	m      *pacedModel
+	ctx    context.Context
+	run    string
+	step   int
+	texts  int   // text chunks handed on
+	logged int   // deltas of this step's latest attempt seen in the log
+	after  int64 // where the log was read to
+}
+
+func (s *pacedStream) Recv() (model.Chunk, error) {
+	ch, err := s.Stream.Recv()
+	if err != nil || ch.Kind != model.ChunkText || ch.Text == "" {
+		return ch, err
+	}
+	if s.texts > 0 {
+		s.waitLogged(s.texts)
+	}
+	s.texts++
+	return ch, nil
+}
+
+// waitLogged waits until n deltas of this request's step are in the log
+// after its first chunk was handed on, the store crashed, or the request
+// ended.
+func (s *pacedStream) waitLogged(n int) {
+	for s.logged < n {
+		evs, _, err := s.m.st.ReadEvents(s.ctx, s.m.key, s.after, 1000)
+		if err != nil {
+			return
+		}
+		for _, e := range evs {
+			s.after = e.Seq
+			var d rein.MessageDeltaPayload
+			if e.Type == rein.EventMessageDelta && e.RunID == s.run && e.DecodePayload(&d) == nil && d.Step == s.step {
+				s.logged++
+			}
+			var r rein.StepRestartedPayload
+			if e.Type == rein.EventStepRestarted && e.RunID == s.run && e.DecodePayload(&r) == nil && r.Step == s.step {
+				// A redo of the step: count only its own deltas.
+				s.logged = 0
+			}
+		}
+		if s.logged >= n {
+			return
+		}
+		wctx, cancel := context.WithCancel(s.ctx)
+		go func() {
+			select {
+			case <-s.m.dead:
+			case <-wctx.Done():
+			}
+			cancel()
+		}()
+		err = s.m.st.WaitEvents(wctx, s.m.key, s.after)
+		cancel()
+		if err != nil {
+			return
+		}
+	}
 }
 
 func testCrashWindows(t *testing.T, open clockedOpener) {
@@ -83,8 +166,17 @@ func crashAt(t *testing.T, base store.Store, clk *shiftClock, n int, afterCommit
 	ctx := context.Background()
 	workspace := t.TempDir()
 	count := &counter{calls: map[string]int{}}
+	// The session exists before the faults start.
+	sess := &store.Session{Owner: "alice", ID: "ses_crash", Metadata: json.RawMessage("{}")}
+	if err := base.CreateSession(ctx, sess); err != nil {
+		t.Fatal(err)
+	}
+	key := sess.Key()
+	f := storetest.NewFaulty(base)
+	f.CrashAt(n, afterCommit)
 	newService := func(st store.Store, instance string) *sessions.Service {
-		svc, err := reintest.ServiceWithTools("testdata/service.yaml", st, func(c *sessions.Config) {
+		pace := func(m model.Model) model.Model { return &pacedModel{Model: m, st: base, key: key, dead: f.Crashed()} }
+		svc, err := reintest.ServiceWithModel("testdata/service.yaml", pace, st, func(c *sessions.Config) {
 			c.Workspace, c.LeaseTTL, c.Instance = workspace, liveLease, instance
 		}, count)
 		if err != nil {
@@ -95,14 +187,6 @@ func crashAt(t *testing.T, base store.Store, clk *shiftClock, n int, afterCommit
 		}
 		return svc
 	}
-	// The session exists before the faults start.
-	sess := &store.Session{Owner: "alice", ID: "ses_crash", Metadata: json.RawMessage("{}")}
-	if err := base.CreateSession(ctx, sess); err != nil {
-		t.Fatal(err)
-	}
-	key := sess.Key()
-	f := storetest.NewFaulty(base)
-	f.CrashAt(n, afterCommit)
 	first := newService(f, "first")
 
 	// The client's side: what it was answered for.
@@ -331,9 +415,76 @@ func checkRecovered(t *testing.T, st store.Store, key rein.SessionKey, ackedRuns
 	if err := rein.ValidateTranscript(h); err != nil {
 		t.Errorf("transcript: %v", err)
 	}
+	checkStepTexts(t, evs, h)
 	if t.Failed() {
 		for _, e := range evs {
 			t.Logf("%3d %-38s run=%s %s", e.Seq, e.Type, e.RunID, e.Payload)
+		}
+	}
+}
+
+// checkStepTexts checks what a reader renders of every step: the deltas
+// of a step after its last agent.step_restarted (all of them when it has
+// none) concatenate to the text the step saved, so a reader that drops
+// what it holds of a restarted step never shows text twice or a cut text.
+// The final step's text is also the run's agent.message.
+func checkStepTexts(t *testing.T, evs []rein.Event, hist []rein.Message) {
+	t.Helper()
+	type stepKey struct {
+		run  string
+		step int
+	}
+	rendered := map[stepKey]*strings.Builder{}
+	for _, e := range evs {
+		switch e.Type {
+		case rein.EventStepRestarted:
+			var p rein.StepRestartedPayload
+			_ = e.DecodePayload(&p)
+			rendered[stepKey{p.RunID, p.Step}] = &strings.Builder{}
+		case rein.EventMessageDelta:
+			var p rein.MessageDeltaPayload
+			_ = e.DecodePayload(&p)
+			k := stepKey{p.RunID, p.Step}
+			if rendered[k] == nil {
+				rendered[k] = &strings.Builder{}
+			}
+			rendered[k].WriteString(p.Text)
+		}
+	}
+	saved := map[stepKey]string{}
+	for _, m := range hist {
+		if m.Role == rein.RoleAssistant && !m.Partial {
+			saved[stepKey{m.RunID, m.Step}] = m.Text
+		}
+	}
+	for k, text := range saved {
+		got := ""
+		if b := rendered[k]; b != nil {
+			got = b.String()
+		}
+		if got != text {
+			t.Errorf("run %s step %d: its deltas after its last agent.step_restarted concatenate to %q, want its saved text %q", k.run, k.step, got, text)
+		}
+	}
+	for k := range rendered {
+		if _, ok := saved[k]; !ok {
+			t.Errorf("run %s step %d streamed deltas but saved no step", k.run, k.step)
+		}
+	}
+	for _, e := range evs {
+		if e.Type != rein.EventMessage {
+			continue
+		}
+		var p rein.MessagePayload
+		_ = e.DecodePayload(&p)
+		last := 0
+		for k := range saved {
+			if k.run == p.RunID && k.step > last {
+				last = k.step
+			}
+		}
+		if last > 0 && saved[stepKey{p.RunID, last}] != p.Text {
+			t.Errorf("run %s: agent.message %q is not its last step's text %q", p.RunID, p.Text, saved[stepKey{p.RunID, last}])
 		}
 	}
 }

@@ -255,6 +255,10 @@ type claim struct {
 	// resumed: rec was lost by its instance and is resumed (Attempt =
 	// rec.Resumes+1).
 	resumed bool
+	// inTools: the lost attempt of a resumed run was cut in the tool phase
+	// of its last saved step (calls without results): it never began the
+	// next model request, which is then no restart.
+	inTools bool
 	// ended lists runs claimNext ended (lost beyond the resume budget,
 	// expired in the queue, stopped while their instance was gone), for
 	// the caller's bookkeeping.
@@ -520,7 +524,7 @@ func (lc *lifecycle) recoverLost(tx store.Tx, r *store.RunRecord, now time.Time,
 			return err
 		}
 	}
-	c.rec, c.lease, c.resumed = rec, l, !waiting
+	c.rec, c.lease, c.resumed, c.inTools = rec, l, !waiting, len(unanswered) > 0
 	c.unparked, c.from = waiting, r.Instance
 	return nil
 }

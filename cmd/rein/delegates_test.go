@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/reinhq/rein/app"
 	"github.com/reinhq/rein/sessions"
 )
 
@@ -32,7 +33,7 @@ func TestServeDelegates(t *testing.T) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
-	rt, err := buildRuntime(ctx, runtimeOptions{Store: "memory:", Model: "scripted:testdata/delegates.yaml", Config: cfg, Workspace: t.TempDir(), LookupEnv: noEnv})
+	rt, err := openRuntime(ctx, app.Options{Store: "memory:", Model: "scripted:testdata/delegates.yaml", ConfigFile: cfg, Workspace: t.TempDir(), LookupEnv: noEnv}, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -40,14 +41,14 @@ func TestServeDelegates(t *testing.T) {
 	if err := rt.Start(ctx); err != nil {
 		t.Fatal(err)
 	}
-	defer rt.svc.Close()
+	svc := rt.Service()
 	reply := func(agentName string) string {
 		t.Helper()
-		sess, err := rt.svc.CreateSession(ctx, "local", sessions.CreateSessionRequest{Agent: agentName})
+		sess, err := svc.CreateSession(ctx, "local", sessions.CreateSessionRequest{Agent: agentName})
 		if err != nil {
 			t.Fatal(err)
 		}
-		res, err := rt.svc.SendMessage(ctx, sess.Key(), sessions.MessageRequest{Text: "delegate research"})
+		res, err := svc.SendMessage(ctx, sess.Key(), sessions.MessageRequest{Text: "delegate research"})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -55,7 +56,7 @@ func TestServeDelegates(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		kids, err := rt.svc.ListChildren(ctx, sess.Key())
+		kids, err := svc.ListChildren(ctx, sess.Key())
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -120,7 +120,12 @@ func message(err error) string {
 // only when the message does not already say it.
 func reinMessage(re *rein.Error) string {
 	msg := re.Message
-	if msg == "" {
+	switch {
+	case msg == "" && re.Err != nil:
+		// rein.Errorf left its cause out of a message it could not
+		// complete without it: here, for the operator, the cause says it.
+		return message(re.Err)
+	case msg == "":
 		msg = string(re.Code)
 	}
 	if re.Err != nil {

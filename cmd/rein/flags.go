@@ -291,8 +291,9 @@ func (o *optionalString) Set(v string) error {
 	return nil
 }
 
-// confirm returns the --confirm list, or nil when the flag was not given.
-func (o *optionalString) confirm() *[]string {
+// confirm returns the --confirm list, or nil when the flag was not given
+// (an empty list, not nil, when it was given empty).
+func (o *optionalString) confirm() []string {
 	if !o.set {
 		return nil
 	}

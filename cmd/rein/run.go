@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/reinhq/rein"
+	"github.com/reinhq/rein/app"
 	"github.com/reinhq/rein/sessions"
 )
 
@@ -46,19 +47,19 @@ func cmdRun(ctx context.Context, args []string, std stdio) error {
 	if *verbose {
 		logger = slog.New(slog.NewTextHandler(std.err, nil))
 	}
-	rt, err := buildRuntime(ctx, runtimeOptions{
+	rt, err := openRuntime(ctx, app.Options{
 		Store: *storeSpec, Model: *modelName, Confirm: confirm.confirm(), Workspace: *workspace,
-		Logger: logger, LookupEnv: std.lookupEnv, Flags: fs,
-	})
+		Logger: logger, LookupEnv: std.lookupEnv,
+	}, fs)
 	if err != nil {
 		return err
 	}
+	// Close cancels what still runs, records its end, and closes the store.
 	defer rt.Close()
-	svc := rt.svc
 	if err := rt.Start(ctx); err != nil {
 		return err
 	}
-	defer svc.Close()
+	svc := rt.Service()
 
 	sigs, stop := std.notify(os.Interrupt, syscall.SIGTERM)
 	defer stop()

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/reinhq/rein"
+	"github.com/reinhq/rein/app"
 	"github.com/reinhq/rein/sessions"
 )
 
@@ -74,16 +75,15 @@ func TestRunExitCodes(t *testing.T) {
 // and events stay complete.
 func TestRunFirstSignalInterrupts(t *testing.T) {
 	ctx := context.Background()
-	rt, err := buildRuntime(ctx, runtimeOptions{Store: "memory:", Model: "scripted:testdata/run.yaml", Workspace: t.TempDir(), LookupEnv: noEnv})
+	rt, err := openRuntime(ctx, app.Options{Store: "memory:", Model: "scripted:testdata/run.yaml", Workspace: t.TempDir(), LookupEnv: noEnv}, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer rt.Close()
-	svc := rt.svc
-	if err := svc.Start(ctx); err != nil {
+	if err := rt.Start(ctx); err != nil {
 		t.Fatal(err)
 	}
-	defer svc.Close()
+	svc := rt.Service()
 	sess, err := svc.CreateSession(ctx, "local", sessions.CreateSessionRequest{})
 	if err != nil {
 		t.Fatal(err)

@@ -15,6 +15,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 
+	"github.com/reinhq/rein/app"
 	"github.com/reinhq/rein/internal/id"
 	"github.com/reinhq/rein/server"
 	"github.com/reinhq/rein/sessions"
@@ -89,7 +90,7 @@ func newServeFlags(std stdio) *serveFlags {
 		maxPending:     fs.Int("max-pending-writes", 0, "writes waiting for the store beyond which new runs and sessions are answered 503 with Retry-After (0: the store's writer queue size; negative: no bound)"),
 		wakeParents:    fs.Bool("wake-parents", false, "when a background subagent finishes, start a run of its parent session if the parent is idle, so it reacts to the subagent's note at once (default: the note waits for the parent's next message)"),
 		pprofAddr:      fs.String("pprof-addr", "", "loopback `HOST:PORT` on which to serve Go's profiles (/debug/pprof/) for diagnosing the server's CPU and memory (none: off)"),
-		protocols:      fs.String("protocols", defaultProtocols(), "comma-separated wire `PROTOCOLS` to serve beside the native API, each under its prefix: anthropic (/v1, the Claude Managed Agents sessions API), ai-sdk (/ai-sdk, the AI SDK useChat protocol); none for none"),
+		protocols:      fs.String("protocols", strings.Join(app.Protocols(), ","), "comma-separated wire `PROTOCOLS` to serve beside the native API, each under its prefix: anthropic (/v1, the Claude Managed Agents sessions API), ai-sdk (/ai-sdk, the AI SDK useChat protocol); none for none"),
 		logLevel:       newChoice("info", "debug", "info", "warn", "error"),
 		logFormat:      newChoice("text", "text", "json"),
 	}
@@ -132,13 +133,19 @@ func (f *serveFlags) parse(args []string, std stdio) error {
 	case *f.pprofAddr != "" && (!validListenAddr(*f.pprofAddr) || !loopbackAddr(*f.pprofAddr)):
 		return fs.invalid("pprof-addr", "must be a loopback HOST:PORT such as 127.0.0.1:6060: profiles reveal the server's memory, so they are never served on another interface")
 	}
-	if _, err := parseProtocols(*f.protocols); err != nil {
-		return fs.invalid("protocols", "%s", err)
+	if _, err := app.ParseProtocols(*f.protocols); err != nil {
+		return fs.invalid("protocols", "%s", message(err))
 	}
 	return nil
 }
 
 // corsOrigins is the --cors-origin list (nil: CORS off).
+// protocolNames is the --protocols list (checked by parse).
+func (f *serveFlags) protocolNames() []string {
+	names, _ := app.ParseProtocols(*f.protocols)
+	return names
+}
+
 func (f *serveFlags) corsOrigins() []string {
 	var out []string
 	for _, o := range strings.Split(*f.corsOrigin, ",") {
@@ -189,10 +196,6 @@ func cmdServe(ctx context.Context, args []string, std stdio) error {
 
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
-	metrics, err := server.NewInstanceMetrics(reg, *f.instanceID)
-	if err != nil {
-		return err
-	}
 	// Tracing is off unless OTEL_EXPORTER_OTLP_ENDPOINT (or its traces
 	// variant) is set; the provider is flushed after the drain.
 	tp, shutdownTracing, err := telemetry.FromEnv(ctx, std.lookupEnv, buildVersion())
@@ -206,39 +209,19 @@ func cmdServe(ctx context.Context, args []string, std stdio) error {
 			logger.Warn("flush traces", "err", err)
 		}
 	}()
-	rt, err := buildRuntime(ctx, runtimeOptions{
+	rt, err := openRuntime(ctx, app.Options{
 		Store: *f.store, Model: *f.model, Confirm: f.confirm.confirm(), Workspace: *f.workspace,
-		Config: *f.config, MaxSteps: *f.maxSteps, Instance: *f.instanceID, MaxDepth: *f.maxDepth, WakeParents: *f.wakeParents,
-		LeaseTTL: *f.leaseTTL, ResumeAttempts: resumeOption(*f.resumeAttempts), Logger: logger, Observer: metrics, LookupEnv: std.lookupEnv,
-		OnRetry: metrics.ModelRetry, Retention: *f.retention, Flags: f.fs,
-		MaxRunsInFlight: *f.maxRuns, MaxPendingWrites: *f.maxPending, TracerProvider: tp,
-	})
+		ConfigFile: *f.config, MaxSteps: *f.maxSteps, Instance: *f.instanceID, MaxDepth: *f.maxDepth, WakeParents: *f.wakeParents,
+		LeaseTTL: *f.leaseTTL, ResumeAttempts: resumeOption(*f.resumeAttempts), Logger: logger, LookupEnv: std.lookupEnv,
+		Retention: *f.retention, MaxRunsInFlight: *f.maxRuns, MaxPendingWrites: *f.maxPending,
+		TracerProvider: tp, Registry: reg,
+		Tokens: tokens, DrainTimeout: *f.drain, TLSCertFile: *f.tlsCert, TLSKeyFile: *f.tlsKey,
+		CORSOrigins: f.corsOrigins(), MaxStreamsPerOwner: *f.maxStreams, Protocols: f.protocolNames(),
+	}, f.fs)
 	if err != nil {
 		return err
 	}
 	defer rt.Close()
-	// Settlements a crash skipped are written before anything else runs
-	// (writes only: the service starts with the server).
-	if err := rt.sub.Reconcile(ctx); err != nil {
-		logger.Warn("settle subagents after a restart", "err", err)
-	}
-	srv, err := server.New(server.Config{
-		Service: rt.svc, Tokens: tokens, Logger: logger, Metrics: metrics, DrainTimeout: *f.drain, TracerProvider: tp,
-		TLSCertFile: *f.tlsCert, TLSKeyFile: *f.tlsKey, CORSOrigins: f.corsOrigins(), MaxStreamsPerOwner: *f.maxStreams,
-		Protocols: protocolMounts(f.protocolNames(), rt.svc, logger),
-	})
-	if err != nil {
-		// What the server refuses is its configuration: a certificate
-		// that does not load, an origin that is not one.
-		msg := strings.TrimPrefix(err.Error(), "server: ")
-		switch {
-		case strings.Contains(msg, "CORS"):
-			msg = f.fs.label("cors-origin") + ": " + msg
-		case strings.Contains(msg, "TLS"):
-			msg = f.fs.label("tls-cert") + ", " + f.fs.label("tls-key") + ": " + msg + " (give a PEM certificate and its PEM key)"
-		}
-		return usagef("%s", msg)
-	}
 	ln, err := net.Listen("tcp", *f.addr)
 	if err != nil {
 		return err
@@ -267,7 +250,7 @@ func cmdServe(ctx context.Context, args []string, std stdio) error {
 		}
 		defer closeProfiles()
 	}
-	return srv.Serve(sigCtx, ln)
+	return rt.Serve(sigCtx, ln)
 }
 
 // warnShortTokens warns about every token shorter than minTokenLength,
@@ -295,7 +278,7 @@ func warnShortTokens(logger *slog.Logger, tokens map[string]string) {
 }
 
 // resumeOption turns a --resume-attempts value into
-// runtimeOptions.ResumeAttempts, where 0 means the default: the flag's 0
+// app.Options.ResumeAttempts, where 0 means the default: the flag's 0
 // (never resume) becomes -1.
 func resumeOption(n int) int {
 	if n == 0 {

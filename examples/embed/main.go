@@ -1,8 +1,9 @@
 // Command embed is a Go program that embeds Rein instead of talking to
-// `rein serve`: the sessions service on the in-memory store, a scripted
-// model (so it runs offline), and a tool written as a typed Go function. It
-// streams one session's events while two runs go by, stops the second one
-// by its id, and prints both outcomes. docs/library.md walks through it.
+// `rein serve`: app.Open assembles the same runtime the server runs, here
+// on the in-memory store, with a scripted model (so it runs offline) and
+// two tools written as typed Go functions. It streams one session's
+// events while two runs go by, stops the second one by its id, and prints
+// both outcomes. docs/library.md walks through it.
 //
 //	go run ./examples/embed
 package main
@@ -16,10 +17,10 @@ import (
 	"time"
 
 	"github.com/reinhq/rein"
-	"github.com/reinhq/rein/agent"
+	"github.com/reinhq/rein/app"
+	"github.com/reinhq/rein/model"
 	"github.com/reinhq/rein/model/scripted"
 	"github.com/reinhq/rein/sessions"
-	"github.com/reinhq/rein/store/memory"
 	"github.com/reinhq/rein/tool"
 )
 
@@ -91,30 +92,33 @@ func main() {
 
 // run is the whole program, writing what it shows to w.
 func run(ctx context.Context, w io.Writer) error {
-	model, err := scripted.Parse("embed-script.yaml", []byte(script))
+	// The model, by the name the agent is given: a script here, or
+	// openai.New(...), anthropic.New(...); or a name Options.Model
+	// resolves itself, such as "openai:gpt-4o".
+	m, err := scripted.Parse("embed-script.yaml", []byte(script))
 	if err != nil {
 		return err
 	}
-	tools, err := tool.NewRegistry(tool.RegistryOptions{},
-		tool.Func("weather", "Today's weather in a city.", weather),
-		tool.Func("pause", "Wait for a number of seconds.", pause),
-	)
+	rt, err := app.Open(ctx, app.Options{
+		Store:  "memory:",
+		Models: map[string]model.Model{"embed": m},
+		Model:  "embed",
+		Tools: []tool.Tool{
+			tool.Func("weather", "Today's weather in a city.", weather),
+			tool.Func("pause", "Wait for a number of seconds.", pause),
+		},
+		System: "You are a helpful assistant.",
+	})
 	if err != nil {
 		return err
 	}
-	loop, err := agent.New(agent.Config{Model: model, Tools: tools})
-	if err != nil {
+	// Close cancels whatever still runs, records its end, and closes the
+	// store.
+	defer rt.Close()
+	if err := rt.Start(ctx); err != nil {
 		return err
 	}
-	svc, err := sessions.New(sessions.Config{Store: memory.New(), Agent: loop, System: "You are a helpful assistant."})
-	if err != nil {
-		return err
-	}
-	if err := svc.Start(ctx); err != nil {
-		return err
-	}
-	// Close cancels whatever still runs and records its end.
-	defer svc.Close()
+	svc := rt.Service()
 
 	sess, err := svc.CreateSession(ctx, "demo-user", sessions.CreateSessionRequest{})
 	if err != nil {

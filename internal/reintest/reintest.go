@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/reinhq/rein/agent"
+	"github.com/reinhq/rein/model"
 	"github.com/reinhq/rein/model/scripted"
 	"github.com/reinhq/rein/protocol"
 	"github.com/reinhq/rein/server"
@@ -54,9 +55,19 @@ func ServiceWithSubagents(script string, st store.Store, configure func(*session
 
 // ServiceWithTools is Service with extra tools beside the built-in ones.
 func ServiceWithTools(script string, st store.Store, configure func(*sessions.Config), extra ...tool.Tool) (*sessions.Service, error) {
+	return ServiceWithModel(script, nil, st, configure, extra...)
+}
+
+// ServiceWithModel is ServiceWithTools whose scripted model is wrapped by
+// wrap (when set): a test that must see, or pace, what the model streams.
+func ServiceWithModel(script string, wrap func(model.Model) model.Model, st store.Store, configure func(*sessions.Config), extra ...tool.Tool) (*sessions.Service, error) {
+	var m model.Model
 	m, err := scripted.Open(script)
 	if err != nil {
 		return nil, err
+	}
+	if wrap != nil {
+		m = wrap(m)
 	}
 	cfg := sessions.Config{Store: st}
 	if configure != nil {

@@ -5,7 +5,9 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"math"
 	"net/http"
+	"slices"
 	"strings"
 
 	"github.com/reinhq/rein"
@@ -382,16 +384,26 @@ func (h *Handler) sendEvents(w http.ResponseWriter, r *http.Request) {
 // the native API's POST .../events does; the first failure stops the
 // batch. The answer's ids are those of the events the calls logged.
 func (h *Handler) apply(ctx context.Context, key rein.SessionKey, cmds []command) ([]sentJSON, error) {
-	info, err := h.svc.GetSession(ctx, key)
+	// One read of the record (not GetSession's live state): it is on every
+	// message's path.
+	sess, err := h.svc.Session(ctx, key)
 	if err != nil {
 		return nil, err
 	}
 	for _, c := range cmds {
-		if (c.typ == typeUserMessage || c.typ == typeUserSupplement) && archived(info.Session) {
+		if (c.typ == typeUserMessage || c.typ == typeUserSupplement) && archived(sess) {
 			return nil, refuseArchived(key.ID)
 		}
 	}
-	from := info.LastSeq
+	// Where the batch's events will be: after the log's end as it is now
+	// (a message's answer names its event without a read of the log).
+	var from int64
+	readBack := slices.ContainsFunc(cmds, func(c command) bool { return c.typ != typeUserMessage })
+	if readBack {
+		if _, from, err = h.svc.ReadEvents(ctx, key, math.MaxInt64, 1); err != nil {
+			return nil, err
+		}
+	}
 	out := make([]sentJSON, 0, len(cmds))
 	// logged[i] says whether cmds[i] appended an event (a repeat does not).
 	logged := make([]bool, 0, len(cmds))
@@ -442,7 +454,9 @@ func (h *Handler) apply(ctx context.Context, key rein.SessionKey, cmds []command
 		out = append(out, s)
 		logged = append(logged, appended)
 	}
-	h.fillIDs(ctx, key, from, cmds, out, logged)
+	if readBack {
+		h.fillIDs(ctx, key, from, cmds, out, logged)
+	}
 	return out, nil
 }
 

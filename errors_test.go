@@ -1,0 +1,115 @@
+package rein_test
+
+import (
+	"errors"
+	"fmt"
+	"strings"
+	"testing"
+
+	"github.com/reinhq/rein"
+)
+
+// TestErrorfKeepsCausesOut: a %w operand is the cause, reachable by
+// errors.Is and errors.As and written by Error for the log, and none of
+// its text is in Message, the part a client reads — unless it is a Rein
+// error, whose own message is public.
+func TestErrorfKeepsCausesOut(t *testing.T) {
+	t.Parallel()
+	secret := errors.New("dial tcp db.internal.example:5432 as rein:s3cret: connection refused")
+	inner := rein.InvalidArgument("text", "text is empty")
+	for _, c := range []struct {
+		name  string
+		err   *rein.Error
+		msg   string
+		cause error // what errors.Is must find
+	}{
+		{"cause at the end", rein.Errorf(rein.CodeUnavailable, "store unreachable: %w", secret), "store unreachable", secret},
+		{"cause with operands before it", rein.Errorf(rein.CodeConflict, "write %s (%d rows): %w", "runs", 3, secret), "write runs (3 rows)", secret},
+		{"cause in brackets", rein.Errorf(rein.CodeConflict, "read failed (%w)", secret), "read failed", secret},
+		{"cause alone", rein.Errorf(rein.CodeInvalidArgument, "%w", secret), "", secret},
+		{"cause mid-sentence", rein.Errorf(rein.CodeConflict, "%w happened", secret), "", secret},
+		{"cause, then an operand", rein.Errorf(rein.CodeConflict, "%w for %s", secret, "x"), "", secret},
+		{"a Rein cause shows its message", rein.Errorf(rein.CodeInvalidArgument, "history message %d: %w", 2, inner), "history message 2: text is empty", inner},
+		{"a Rein cause mid-sentence", rein.Errorf(rein.CodeInvalidArgument, "%w in message 2", inner), "text is empty in message 2", inner},
+		{"a Rein cause wrapping a secret", rein.Errorf(rein.CodeNotFound, "lookup: %w", rein.Errorf(rein.CodeNotFound, "session not found: %w", secret)), "lookup: session not found", secret},
+		{"an internal Rein cause", rein.Errorf(rein.CodeConflict, "apply: %w", rein.Errorf(rein.CodeInternal, "boom in %s", "/var/lib/rein.db")), "apply", rein.ErrInternal},
+		{"a wrapped Rein cause is foreign", rein.Errorf(rein.CodeConflict, "apply: %w", fmt.Errorf("tx: %w", inner)), "apply", inner},
+		{"two causes", rein.Errorf(rein.CodeConflict, "apply: %w: %w", inner, secret), "apply: text is empty", secret},
+		{"a foreign cause before a Rein one", rein.Errorf(rein.CodeConflict, "apply: %w: %w", secret, inner), "", inner},
+		{"two foreign causes at the end", rein.Errorf(rein.CodeConflict, "apply: %w: %w", secret, errors.New("also /var/lib")), "apply", secret},
+		{"no cause", rein.Errorf(rein.CodeNotFound, "session %q not found", "ses_1"), `session "ses_1" not found`, nil},
+		{"percent sign", rein.Errorf(rein.CodeConflict, "100%% full: %w", secret), "100% full", secret},
+		{"explicit indexes", rein.Errorf(rein.CodeConflict, "%[2]s then %[1]s: %[3]w", "a", "b", secret), "b then a", secret},
+		{"star width", rein.Errorf(rein.CodeConflict, "[%*d]: %w", 4, 7, secret), "[   7]", secret},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			t.Parallel()
+			if c.err.Message != c.msg {
+				t.Fatalf("Message = %q, want %q", c.err.Message, c.msg)
+			}
+			for _, leak := range []string{"s3cret", "db.internal", "5432", "/var/lib", "boom"} {
+				if strings.Contains(c.err.Message, leak) {
+					t.Fatalf("Message %q carries %q", c.err.Message, leak)
+				}
+			}
+			if c.cause == nil {
+				if c.err.Err != nil {
+					t.Fatalf("Err = %v without a %%w", c.err.Err)
+				}
+				return
+			}
+			if !errors.Is(c.err, c.cause) {
+				t.Fatalf("errors.Is(%v, %v) = false", c.err, c.cause)
+			}
+			if c.cause == secret && !strings.Contains(c.err.Error(), secret.Error()) {
+				t.Fatalf("Error() = %q: the log loses the cause", c.err.Error())
+			}
+		})
+	}
+}
+
+// TestErrorfFormatsAsFmt: without a %w, the message is fmt.Sprintf's,
+// malformed formats included.
+func TestErrorfFormatsAsFmt(t *testing.T) {
+	t.Parallel()
+	for _, c := range []struct {
+		format string
+		args   []any
+	}{
+		{"plain", nil},
+		{"%s and %q and %d", []any{"a", "b", 3}},
+		{"%-5s|%05.1f|%x|%+v", []any{"ab", 2.5, 255, struct{ A int }{1}}},
+		{"%[2]*[1]d", []any{12, 5}},
+		{"%.*f", []any{2, 3.14159}},
+		{"missing %s %d", []any{"one"}},
+		{"trailing %", nil},
+		{"%!", nil},
+		{"100%%", nil},
+		{"%v", []any{nil}},
+		{"%[3]d", []any{1}},
+	} {
+		want := fmt.Sprintf(c.format, c.args...)
+		if got := rein.Errorf(rein.CodeConflict, c.format, c.args...).Message; got != want {
+			t.Errorf("Errorf(%q).Message = %q, want %q", c.format, got, want)
+		}
+	}
+}
+
+// TestErrorText: Error, for logs, names the code, the message, the field
+// and the cause, and skips an empty message.
+func TestErrorText(t *testing.T) {
+	t.Parallel()
+	for _, c := range []struct {
+		err  error
+		want string
+	}{
+		{rein.Errorf(rein.CodeUnavailable, "store unreachable: %w", errors.New("dial tcp")), "unavailable: store unreachable: dial tcp"},
+		{rein.Errorf(rein.CodeInvalidArgument, "%w", errors.New("bad name")), "invalid_argument: bad name"},
+		{rein.InvalidArgument("text", "text is empty"), "invalid_argument: text is empty (text)"},
+		{rein.ErrNotFound, "not_found"},
+	} {
+		if got := c.err.Error(); got != c.want {
+			t.Errorf("Error() = %q, want %q", got, c.want)
+		}
+	}
+}
