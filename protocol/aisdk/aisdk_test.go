@@ -284,3 +284,89 @@ func TestNodeSDK(t *testing.T) {
 		t.Fatalf("node --test did not pass its 7 tests:\n%s", out)
 	}
 }
+
+// Every malformed request is a 400 naming the field, with nothing applied;
+// another owner's chat is not found; no token is a 401.
+func TestBadInput(t *testing.T) {
+	srv := newServer(t)
+	c := wire{srv, "tok-alice"}
+	ctx := ctxT(t)
+	resp, err := c.send(ctx, "mine", userMessage("m1", "hello"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	chunks(t, resp)
+	key := rein.SessionKey{Owner: "alice", ID: "mine"}
+	before, _, _ := srv.Service.ReadEvents(ctx, key, 0, 1000)
+	assistantNoAnswer := map[string]any{"id": "a1", "role": "assistant", "parts": []any{map[string]any{"type": "text", "text": "x"}}}
+	for _, tc := range []struct {
+		path, param string
+		body        any
+	}{
+		{"/ai-sdk/chat", "body", "not an object"},
+		{"/ai-sdk/chat", "id", map[string]any{"messages": []any{userMessage("m2", "hi")}}},
+		{"/ai-sdk/chat", "id", map[string]any{"id": "has space", "messages": []any{userMessage("m2", "hi")}}},
+		{"/ai-sdk/chat", "messages", map[string]any{"id": "mine", "messages": []any{}}},
+		{"/ai-sdk/chat", "trigger", map[string]any{"id": "mine", "trigger": "shout", "messages": []any{userMessage("m2", "hi")}}},
+		{"/ai-sdk/chat", "when_busy", map[string]any{"id": "mine", "when_busy": "later", "messages": []any{userMessage("m2", "hi")}}},
+		{"/ai-sdk/chat", "messages[0].parts", map[string]any{"id": "mine", "messages": []any{userMessage("m2", " ")}}},
+		{"/ai-sdk/chat", "messages[0].id", map[string]any{"id": "mine", "messages": []any{userMessage("", "hi")}}},
+		{"/ai-sdk/chat", "messages[0].role", map[string]any{"id": "mine", "messages": []any{map[string]any{"id": "s", "role": "system", "parts": []any{}}}}},
+		{"/ai-sdk/chat", "messages[0]", map[string]any{"id": "mine", "messages": []any{assistantNoAnswer}}},
+		{"/ai-sdk/chat/mine/stop", "mode", map[string]any{"mode": "pause"}},
+		{"/ai-sdk/chat/mine/stop", "message_id", map[string]any{"message_id": ""}},
+		{"/ai-sdk/chat/mine/notes", "text", map[string]any{"text": ""}},
+		{"/ai-sdk/chat/mine/notes", "id", map[string]any{"text": "x", "id": ""}},
+	} {
+		resp, err := c.do(ctx, http.MethodPost, tc.path, tc.body)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var e struct {
+			Error struct{ Code, Param string }
+		}
+		_ = json.NewDecoder(resp.Body).Decode(&e)
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusBadRequest || e.Error.Code != "invalid_argument" || e.Error.Param != tc.param {
+			t.Errorf("%s %v: %d %+v, want 400 naming %s", tc.path, tc.body, resp.StatusCode, e.Error, tc.param)
+		}
+	}
+	after, _, _ := srv.Service.ReadEvents(ctx, key, 0, 1000)
+	if len(after) != len(before) {
+		t.Fatalf("bad requests wrote %d events", len(after)-len(before))
+	}
+	// Bob: alice's chat is not found by every route, and his message to
+	// it creates nothing.
+	bob := wire{srv, "tok-bob"}
+	for _, r := range []struct {
+		method, path string
+		body         any
+	}{
+		{http.MethodPost, "/ai-sdk/chat", map[string]any{"id": "mine", "messages": []any{userMessage("b1", "theirs")}}},
+		{http.MethodPost, "/ai-sdk/chat", map[string]any{"id": "mine", "trigger": "regenerate-message", "messages": []any{}}},
+		{http.MethodGet, "/ai-sdk/chat/mine/stream", nil},
+		{http.MethodPost, "/ai-sdk/chat/mine/stop", map[string]any{}},
+		{http.MethodPost, "/ai-sdk/chat/mine/notes", map[string]any{"text": "theirs"}},
+	} {
+		resp, err := bob.do(ctx, r.method, r.path, r.body)
+		if err != nil {
+			t.Fatal(err)
+		}
+		b, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusNotFound || !strings.Contains(string(b), `"code":"not_found"`) {
+			t.Errorf("bob %s %s: %d %s", r.method, r.path, resp.StatusCode, b)
+		}
+	}
+	if after2, _, _ := srv.Service.ReadEvents(ctx, key, 0, 1000); len(after2) != len(before) {
+		t.Fatal("bob's requests reached alice's chat")
+	}
+	resp, err = wire{srv, ""}.send(ctx, "mine", userMessage("m3", "hi"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusUnauthorized {
+		t.Fatalf("no token: %d", resp.StatusCode)
+	}
+}
