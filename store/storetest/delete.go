@@ -89,6 +89,9 @@ func fill(tb testing.TB, s store.Store, key rein.SessionKey) {
 	ok(s.CreateConfirmation(ctx, confirmation(key, queued, "call_pending")), "CreateConfirmation")
 	_, err = s.AcquireLease(ctx, key, "inst-a", queued, time.Hour)
 	ok(err, "AcquireLease")
+	ok(s.Update(ctx, key, store.Fence{}, func(tx store.Tx) error {
+		return tx.RememberStop(&store.RememberedStop{Owner: key.Owner, SessionID: key.ID, ClientID: "c-early", Mode: "cancel"})
+	}), "RememberStop")
 }
 
 // wantGone fails unless every read of key answers not found.
