@@ -8,9 +8,9 @@ import (
 // stream at /ai-sdk (protocol/aisdk): bob names alice's chats (her
 // sessions), calls, notes and client id through the protocol, and is
 // answered as for a random id of the same kind, with nothing of alice's
-// changed. A user message to a chat id bob does not own creates that chat
-// for him when the id is free, so that case is checked on its own: alice's
-// ids answer not found, alike for each of them.
+// changed. A user message (or a stop by message id) to a chat id bob does
+// not own creates that chat for him when the id is free, so those cases are
+// checked on their own: alice's ids answer not found, alike for each.
 func aisdkCases(t *testing.T, m *matrix, a aliceIDs, sessions []struct{ kind, id string }, calls []struct{ kind, id string }, sups []struct{ kind, id string }) map[string]func() {
 	user := `{"id":"bob-msg-1","role":"user","parts":[{"type":"text","text":"hi"}]}`
 	chat := func(id, messages, trigger string) string {
@@ -55,8 +55,20 @@ func aisdkCases(t *testing.T, m *matrix, a aliceIDs, sessions []struct{ kind, id
 			}
 		},
 		"POST /ai-sdk/chat/{id}/stop": func() {
+			var first string
 			for _, ss := range sessions {
-				for _, body := range []string{`{}`, `{"mode":"cancel"}`, `{"message_id":"` + a.clientID + `"}`} {
+				// A stop by message id creates a free chat id (its message
+				// may come after it): hers are not found, alike.
+				r := m.send(bob, request{method: "POST", path: "/ai-sdk/chat/" + ss.id + "/stop", body: `{"message_id":"` + a.clientID + `"}`})
+				if r.status != 404 || r.json(t)["error"].(map[string]any)["code"] != "not_found" {
+					t.Fatalf("bob stops by message id in alice's %s: %d %s", ss.kind, r.status, r.body)
+				}
+				if norm := m.normal("/ai-sdk stop", r.body, ss.id, "", request{}); first == "" {
+					first = norm
+				} else if norm != first {
+					t.Fatalf("bob stopping in alice's chats: answers differ:\n%s\n%s", first, norm)
+				}
+				for _, body := range []string{`{}`, `{"mode":"cancel"}`} {
 					m.pair("/ai-sdk stop "+body+" in a "+ss.kind, ss.id, func(x, _ string) request {
 						return request{method: "POST", path: "/ai-sdk/chat/" + x + "/stop", body: body}
 					})

@@ -280,8 +280,8 @@ func TestNodeSDK(t *testing.T) {
 	if err != nil {
 		t.Fatalf("node --test: %v\n%s", err, out)
 	}
-	if !strings.Contains(string(out), "# fail 0") || !strings.Contains(string(out), "# pass 7") {
-		t.Fatalf("node --test did not pass its 7 tests:\n%s", out)
+	if !strings.Contains(string(out), "# fail 0") || !strings.Contains(string(out), "# pass 8") {
+		t.Fatalf("node --test did not pass its 8 tests:\n%s", out)
 	}
 }
 

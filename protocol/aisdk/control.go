@@ -37,7 +37,8 @@ func readObject(r *http.Request, v any) error {
 // stop is POST /ai-sdk/chat/{id}/stop {"message_id"?, "mode"?}: Rein's
 // server-side stop, which useChat lacks (its stop() only aborts the
 // fetch). message_id names the user message whose run to stop (the run's
-// client id); without it, the chat's current run. Mode is interrupt (the
+// client id), also before that message has arrived; without it, the
+// chat's current run. Mode is interrupt (the
 // default: the run ends cooperatively, with its reply so far) or cancel.
 func (h *Handler) stop(w http.ResponseWriter, r *http.Request) {
 	var body struct {
@@ -63,23 +64,16 @@ func (h *Handler) stop(w http.ResponseWriter, r *http.Request) {
 	ctx := r.Context()
 	key := rein.SessionKey{Owner: protocol.Owner(r), ID: r.PathValue("id")}
 	if body.MessageID != nil {
-		runs, err := h.svc.ListRuns(ctx, key)
-		if err != nil {
+		// The run's client id: a stop that overtakes its message (another
+		// connection, another instance) is remembered, and the message's
+		// run is created already ended.
+		// A chat's first message may be the one overtaken: the chat is
+		// created as its message would create it.
+		req.ClientID = *body.MessageID
+		if err := h.ensureChat(ctx, key, r.URL.Query().Get("agent")); err != nil {
 			h.writeError(w, r, err)
 			return
 		}
-		target := ""
-		for _, run := range runs {
-			if run.ClientID == *body.MessageID {
-				target = run.ID
-				break
-			}
-		}
-		if target == "" {
-			writeJSON(w, http.StatusOK, stopAnswer{Accepted: false})
-			return
-		}
-		req.RunID = &target
 	}
 	res, err := h.svc.Interrupt(ctx, key, req)
 	if err != nil {

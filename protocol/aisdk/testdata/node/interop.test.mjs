@@ -164,6 +164,31 @@ test('a second message sent while the chat is busy queues, and its stream waits 
   assert.deepEqual(positions, [1, null]);
 });
 
+test('a stop by message id lands before its message, and ends exactly that run', async () => {
+  const chat = new Chat();
+  // The stop overtakes its message (another connection, another server).
+  const early = await post(`/ai-sdk/chat/${chat.id}/stop`, { message_id: 'msg-early' });
+  assert.equal(early.status, 200);
+  assert.deepEqual(early.body, { accepted: true, run_id: null });
+  await chat.sendMessage({ id: 'msg-early', role: 'user', parts: [{ type: 'text', text: 'long never' }] });
+  assert.equal(chat.status, 'ready');
+  assert.equal(chat.last.metadata.rein.status, 'CANCELLED');
+  assert.equal(textOf(chat.last), '');
+  // A running run, named by its message while another is queued behind it.
+  const running = chat.sendMessage({ id: 'msg-running', role: 'user', parts: [{ type: 'text', text: 'long running' }] });
+  await chat.st.until(() => streamedText(chat));
+  const other = new Chat({ id: chat.id });
+  const queued = other.sendMessage({ text: 'queued behind' });
+  await other.st.until((s) => s.messages.at(-1)?.role === 'assistant');
+  const stop = await post(`/ai-sdk/chat/${chat.id}/stop`, { message_id: 'msg-running' });
+  assert.equal(stop.body.accepted, true);
+  assert.equal(stop.body.run_id, chat.last.id);
+  await running;
+  assert.equal(chat.last.metadata.rein.reason, 'interrupted');
+  await queued;
+  assert.equal(textOf(other.last), 'echo: queued behind');
+});
+
 test('a note is read by the next step, and shown in it', async () => {
   const chat = new Chat();
   await chat.sendMessage({ text: 'note the milk' });
