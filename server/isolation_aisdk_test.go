@@ -49,9 +49,11 @@ func aisdkCases(t *testing.T, m *matrix, a aliceIDs, sessions []struct{ kind, id
 		},
 		"GET /ai-sdk/chat/{id}/stream": func() {
 			for _, ss := range sessions {
-				m.pair("/ai-sdk resume the stream of a "+ss.kind, ss.id, func(x, _ string) request {
-					return request{method: "GET", path: "/ai-sdk/chat/" + x + "/stream"}
-				})
+				for _, q := range []string{"", "?after=0", "?after=2", "?after=x"} {
+					m.pair("/ai-sdk resume the stream"+q+" of a "+ss.kind, ss.id, func(x, _ string) request {
+						return request{method: "GET", path: "/ai-sdk/chat/" + x + "/stream" + q}
+					})
+				}
 			}
 		},
 		"POST /ai-sdk/chat/{id}/stop": func() {

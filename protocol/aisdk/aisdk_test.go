@@ -331,6 +331,17 @@ func TestBadInput(t *testing.T) {
 			t.Errorf("%s %v: %d %+v, want 400 naming %s", tc.path, tc.body, resp.StatusCode, e.Error, tc.param)
 		}
 	}
+	for _, q := range []string{"?after=-1", "?after=x"} {
+		resp, err := c.do(ctx, http.MethodGet, "/ai-sdk/chat/mine/stream"+q, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		b, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusBadRequest || !strings.Contains(string(b), `"param":"after"`) {
+			t.Errorf("stream%s: %d %s", q, resp.StatusCode, b)
+		}
+	}
 	after, _, _ := srv.Service.ReadEvents(ctx, key, 0, 1000)
 	if len(after) != len(before) {
 		t.Fatalf("bad requests wrote %d events", len(after)-len(before))
@@ -345,6 +356,7 @@ func TestBadInput(t *testing.T) {
 		{http.MethodPost, "/ai-sdk/chat", map[string]any{"id": "mine", "messages": []any{userMessage("b1", "theirs")}}},
 		{http.MethodPost, "/ai-sdk/chat", map[string]any{"id": "mine", "trigger": "regenerate-message", "messages": []any{}}},
 		{http.MethodGet, "/ai-sdk/chat/mine/stream", nil},
+		{http.MethodGet, "/ai-sdk/chat/mine/stream?after=0", nil},
 		{http.MethodPost, "/ai-sdk/chat/mine/stop", map[string]any{}},
 		{http.MethodPost, "/ai-sdk/chat/mine/notes", map[string]any{"text": "theirs"}},
 	} {

@@ -1,6 +1,7 @@
 package aisdk
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"net/http"
@@ -17,13 +18,24 @@ const (
 	backPage = 500
 )
 
-// serveRun answers with the run's UI message stream: its events after
-// from, read from the log page by page and then live (one loop, so the
-// seam between replay and live can neither skip nor repeat), until the
-// run ends or waits for approvals. Each frame is `data: CHUNK` with an
-// `id:` line holding the seq of the event it renders; the stream ends
-// with `data: [DONE]`, as the SDK's own server helpers end it.
-func (h *Handler) serveRun(w http.ResponseWriter, r *http.Request, key rein.SessionKey, runID string, from int64) {
+// source is what a stream renders: one run's chunks (runSource) or the
+// chat's, run after run (chatSource).
+type source interface {
+	// render renders a page of the log.
+	render(ctx context.Context, evs []rein.Event) ([]chunk, error)
+	// caughtUp is called each time the stream has read to the log's end,
+	// before it waits; it returns what to write then (nil: nothing).
+	caughtUp(ctx context.Context) []byte
+	// done reports that the stream has ended.
+	done() bool
+}
+
+// serve answers with src's UI message stream: the log after cursor, read
+// page by page and then live (one loop, so the seam between replay and
+// live can neither skip nor repeat). Each frame is `data: CHUNK` with an
+// `id:` line holding the seq of the event it renders; a stream that ends
+// ends with `data: [DONE]`, as the SDK's own server helpers end it.
+func (h *Handler) serve(w http.ResponseWriter, r *http.Request, key rein.SessionKey, cursor int64, src source) {
 	closing := context.Background()
 	if req := protocol.RequestOf(r.Context()); req != nil && req.OpenStream != nil {
 		var release func()
@@ -45,35 +57,32 @@ func (h *Handler) serveRun(w http.ResponseWriter, r *http.Request, key rein.Sess
 	defer cancel()
 	stop := context.AfterFunc(closing, cancel)
 	defer stop()
-
-	rd := newRunRenderer(key.ID, runID)
-	rd.seq = from
-	rd.add(startChunk{Type: "start", MessageID: runID, MessageMetadata: metadata{Rein: runMeta{ChatID: key.ID, RunID: runID}}})
-	cursor := from
 	for {
 		evs, last, err := h.svc.ReadEvents(ctx, key, cursor, streamPage)
 		if err != nil {
 			break
 		}
-		for _, e := range evs {
-			rd.event(e)
+		cs, err := src.render(ctx, evs)
+		if err != nil {
+			break
 		}
 		if len(evs) > 0 {
 			cursor = evs[len(evs)-1].Seq
 		}
-		if !rd.done && cursor >= last && len(rd.awaiting) > 0 && h.parked(ctx, key, rd) {
-			rd.park()
-		}
-		if err := writeChunks(out, rd.out); err != nil {
-			return
-		}
-		rd.out = rd.out[:0]
-		if rd.done {
-			_ = out.Write([]byte("data: [DONE]\n\n"))
+		if err := writeChunks(out, cs); err != nil {
 			return
 		}
 		if cursor < last {
 			continue
+		}
+		if b := src.caughtUp(ctx); b != nil {
+			if err := out.Write(b); err != nil {
+				return
+			}
+		}
+		if src.done() {
+			_ = out.Write([]byte("data: [DONE]\n\n"))
+			return
 		}
 		if err := out.WaitOrBeat(ctx, h.heartbeat, func(ctx context.Context) error { return h.svc.WaitEvents(ctx, key, cursor) }); err != nil {
 			break
@@ -83,6 +92,46 @@ func (h *Handler) serveRun(w http.ResponseWriter, r *http.Request, key rein.Sess
 	// the stream ends without [DONE], which the client takes for a lost
 	// connection (resumeStream picks it up).
 }
+
+// serveRun answers with the run's UI message stream from the log position
+// from: it opens with start (the run id as messageId) and ends when the
+// run ends or waits for approvals.
+func (h *Handler) serveRun(w http.ResponseWriter, r *http.Request, key rein.SessionKey, runID string, from int64) {
+	rd := newRunRenderer(key.ID, runID)
+	rd.seq = from
+	rd.add(startChunk{Type: "start", MessageID: runID, MessageMetadata: metadata{Rein: runMeta{ChatID: key.ID, RunID: runID}}})
+	h.serve(w, r, key, from, &runSource{h: h, key: key, rd: rd})
+}
+
+// runSource is one run's stream.
+type runSource struct {
+	h   *Handler
+	key rein.SessionKey
+	rd  *runRenderer
+}
+
+func (s *runSource) render(_ context.Context, evs []rein.Event) ([]chunk, error) {
+	for _, e := range evs {
+		s.rd.event(e)
+	}
+	cs := s.rd.out
+	s.rd.out = nil
+	return cs, nil
+}
+
+// caughtUp ends the stream of a run that waits for the approvals it asked.
+func (s *runSource) caughtUp(ctx context.Context) []byte {
+	if s.rd.done || len(s.rd.awaiting) == 0 || !s.h.parked(ctx, s.key, s.rd) {
+		return nil
+	}
+	s.rd.park()
+	var b bytes.Buffer
+	appendChunks(&b, s.rd.out)
+	s.rd.out = nil
+	return b.Bytes()
+}
+
+func (s *runSource) done() bool { return s.rd.done }
 
 // parked reports whether the run waits for the approvals the stream asked:
 // they are still pending in the store.
@@ -103,13 +152,23 @@ func (h *Handler) parked(ctx context.Context, key rein.SessionKey, rd *runRender
 // reconnectToStream: 204 when the chat has no queued or running run;
 // otherwise that run's stream replayed from its first event, then live
 // (the transport's resumeStreamIsReplay: the replay's start resets the
-// client's message, which the replay then rebuilds whole).
+// client's message, which the replay then rebuilds whole). With a cursor
+// it is the chat's stream after it instead (chatstream.go).
 func (h *Handler) resumeStream(w http.ResponseWriter, r *http.Request) {
 	ctx := r.Context()
 	key := rein.SessionKey{Owner: protocol.Owner(r), ID: r.PathValue("id")}
+	cursor, byCursor, err := streamCursor(r)
+	if err != nil {
+		h.writeError(w, r, err)
+		return
+	}
 	info, err := h.svc.GetSession(ctx, key)
 	if err != nil {
 		h.writeError(w, r, err)
+		return
+	}
+	if byCursor {
+		h.serve(w, r, key, cursor, newChatSource(h, key, cursor))
 		return
 	}
 	runID := info.CurrentRunID
@@ -158,16 +217,21 @@ func writeChunks(out *protocol.SSE, cs []chunk) error {
 		return nil
 	}
 	out.Buf.Reset()
-	for _, c := range cs {
-		b, err := json.Marshal(c.data)
-		if err != nil {
-			return err
-		}
-		out.Buf.WriteString("id: ")
-		out.Buf.WriteString(strconv.FormatInt(c.seq, 10))
-		out.Buf.WriteString("\ndata: ")
-		out.Buf.Write(b)
-		out.Buf.WriteString("\n\n")
-	}
+	appendChunks(&out.Buf, cs)
 	return out.Write(out.Buf.Bytes())
+}
+
+// appendChunks writes chunks as frames to b.
+func appendChunks(b *bytes.Buffer, cs []chunk) {
+	for _, c := range cs {
+		data, err := json.Marshal(c.data)
+		if err != nil {
+			continue // the chunk shapes always marshal
+		}
+		b.WriteString("id: ")
+		b.WriteString(strconv.FormatInt(c.seq, 10))
+		b.WriteString("\ndata: ")
+		b.Write(data)
+		b.WriteString("\n\n")
+	}
 }
