@@ -8,9 +8,6 @@ import (
 	"fmt"
 	"io"
 	"net/http"
-	"os"
-	"os/exec"
-	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -246,43 +243,12 @@ func TestApprovalContinuesTheRun(t *testing.T) {
 
 // TestNodeSDK runs the `ai` package's interop test (testdata/node, ai
 // pinned by its lockfile: AbstractChat and DefaultChatTransport) against a
-// server. Without node on PATH it is skipped, unless REIN_REQUIRE_NODE is
-// set (CI sets it).
+// server (protocoltest.RunNode).
 func TestNodeSDK(t *testing.T) {
-	if testing.Short() {
-		t.Skip("installs npm packages")
-	}
-	node, err := exec.LookPath("node")
-	npm, err2 := exec.LookPath("npm")
-	if err != nil || err2 != nil {
-		if os.Getenv("REIN_REQUIRE_NODE") != "" {
-			t.Fatal("node and npm are required (REIN_REQUIRE_NODE is set)")
-		}
-		t.Skip("node or npm is not on PATH")
-	}
-	dir, err := filepath.Abs("testdata/node")
-	if err != nil {
-		t.Fatal(err)
-	}
-	ci := exec.Command(npm, "ci", "--no-audit", "--no-fund")
-	ci.Dir = dir
-	if out, err := ci.CombinedOutput(); err != nil {
-		t.Fatalf("npm ci: %v\n%s", err, out)
-	}
-	srv := newServer(t)
-	// A hang is a failure with the tests' output, not a CI timeout.
-	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
-	defer cancel()
-	cmd := exec.CommandContext(ctx, node, "--test", "--test-timeout=30000")
-	cmd.Dir = dir
-	cmd.Env = append(os.Environ(), "REIN_URL="+srv.URL, "REIN_TOKEN=tok-alice")
-	out, err := cmd.CombinedOutput()
-	if err != nil {
-		t.Fatalf("node --test: %v\n%s", err, out)
-	}
-	if !strings.Contains(string(out), "# fail 0") || !strings.Contains(string(out), "# pass 8") {
-		t.Fatalf("node --test did not pass its 8 tests:\n%s", out)
-	}
+	protocoltest.RunNode(t, "testdata/node", 8, func() []string {
+		srv := newServer(t)
+		return []string{"REIN_URL=" + srv.URL, "REIN_TOKEN=tok-alice"}
+	})
 }
 
 // Every malformed request is a 400 naming the field, with nothing applied;
