@@ -262,7 +262,7 @@ func (h *Handler) answer(ctx context.Context, key rein.SessionKey, answers []ses
 			continue
 		}
 		if runID != "" && run != runID {
-			return "", rein.InvalidArgument(fmt.Sprintf("approvals[%d]", i), "the approvals answered belong to different runs")
+			return "", rein.InvalidArgument("messages", "the approvals answered (answer %d) belong to different runs", i)
 		}
 		runID = run
 	}
