@@ -3,7 +3,6 @@ package rein
 import (
 	"errors"
 	"fmt"
-	"strconv"
 	"strings"
 	"unicode/utf8"
 )
@@ -120,23 +119,36 @@ var (
 //     sentence built around a hole: the message is then empty, and the
 //     server answers the code's generic message.
 //
-// Error() still holds the cause's full text, for logs. With several %w
-// verbs, Err unwraps to each of them.
+// A format with explicit operand indexes ("%[2]s") or a malformed verb is
+// read by fmt alone: with a %w cause its message is empty, without one it
+// is fmt's text. Error() still holds the cause's full text, for logs.
+// With several %w verbs, Err unwraps to each of them.
 func Errorf(c Code, format string, args ...any) *Error {
 	err := fmt.Errorf(format, args...)
-	e := &Error{Code: c, Message: publicf(format, args)}
+	e := &Error{Code: c}
 	switch w := err.(type) {
 	case interface{ Unwrap() error }:
 		e.Err = w.Unwrap()
 	case interface{ Unwrap() []error }:
 		e.Err = err
 	}
+	msg, ok := publicf(format, args)
+	switch {
+	case ok:
+		e.Message = msg
+	case e.Err == nil:
+		// A format only fmt reads right (explicit operand indexes, a
+		// malformed verb) and no cause to keep out: fmt's text, without
+		// the operands it lists as unused (an error among them).
+		e.Message, _, _ = strings.Cut(err.Error(), "%!(EXTRA ")
+	}
 	return e
 }
 
 // publicf formats format and args the way fmt does, each %w operand
 // rendered by publicCause; see Errorf for what becomes of a cause left out.
-func publicf(format string, args []any) string {
+// ok is false for a format it leaves to fmt (scanVerb).
+func publicf(format string, args []any) (msg string, ok bool) {
 	var (
 		b      strings.Builder
 		argNum int
@@ -152,7 +164,7 @@ func publicf(format string, args []any) string {
 			}
 			lit := format[i : i+j]
 			if hole >= 0 && strings.Trim(lit, causeClosers) != "" {
-				return ""
+				return "", true
 			}
 			if hole < 0 {
 				b.WriteString(lit)
@@ -160,12 +172,15 @@ func publicf(format string, args []any) string {
 			i += j
 			continue
 		}
-		spec, used, verb, n := scanVerb(format[i:], args, &argNum)
+		spec, used, verb, n, ok := scanVerb(format[i:], args, &argNum)
+		if !ok {
+			return "", false
+		}
 		i += n
 		switch {
 		case verb == '%':
 			if hole >= 0 {
-				return ""
+				return "", true
 			}
 			b.WriteByte('%')
 		case verb == 'w':
@@ -176,16 +191,14 @@ func publicf(format string, args []any) string {
 			text := publicCause(cause)
 			switch {
 			case text != "" && hole >= 0:
-				return ""
+				return "", true
 			case text != "":
 				b.WriteString(text)
 			case hole < 0:
 				hole = b.Len()
 			}
 		case hole >= 0:
-			return ""
-		case verb == 0:
-			b.WriteString(spec)
+			return "", true
 		default:
 			fmt.Fprintf(&b, spec, used...)
 		}
@@ -194,7 +207,7 @@ func publicf(format string, args []any) string {
 	if hole >= 0 {
 		out = strings.TrimRight(out[:hole], causeOpeners)
 	}
-	return out
+	return out, true
 }
 
 // What joins a message to a cause left out of it ("store unreachable: %w",
@@ -214,83 +227,58 @@ func publicCause(cause any) string {
 	return ""
 }
 
-// scanVerb reads the verb at the start of s (s[0] == '%'): spec is the
-// verb without argument indexes (for fmt.Sprintf with used), used the
-// operands it consumes (a '*' width or precision, then the value), verb
-// its letter, n the bytes read. argNum is fmt's operand cursor, moved by
-// explicit indexes ("%[2]d") as fmt moves it.
-func scanVerb(s string, args []any, argNum *int) (spec string, used []any, verb rune, n int) {
-	var b strings.Builder
-	b.WriteByte('%')
-	badIndex := false
-	take := func() {
-		switch {
-		case badIndex:
-			used = append(used, badOperand("BADINDEX"))
-		case *argNum < len(args):
-			used = append(used, args[*argNum])
-		default:
-			used = append(used, badOperand("MISSING"))
+// scanVerb reads the plain verb at the start of s (s[0] == '%'): spec is
+// the verb (for fmt.Sprintf with used), used the operands it consumes (a
+// '*' width or precision, then the value), verb its letter, n the bytes
+// read. argNum is fmt's operand cursor. ok is false for what only fmt
+// itself should interpret: an explicit operand index ("%[2]d"), a verb
+// cut off by the end of the format, an operand args lack.
+func scanVerb(s string, args []any, argNum *int) (spec string, used []any, verb rune, n int, ok bool) {
+	take := func() bool {
+		if *argNum >= len(args) {
+			return false
 		}
+		used = append(used, args[*argNum])
 		*argNum++
-	}
-	index := func(i int) int {
-		// An explicit "[n]" moves the cursor to operand n.
-		if i < len(s) && s[i] == '[' {
-			if end := strings.IndexByte(s[i:], ']'); end > 0 {
-				k, err := strconv.Atoi(s[i+1 : i+end])
-				badIndex = err != nil || k < 1 || k > len(args)
-				if !badIndex {
-					*argNum = k - 1
-				}
-				return i + end + 1
-			}
-		}
-		return i
+		return true
 	}
 	i := 1
 	for i < len(s) && strings.IndexByte("+-# 0", s[i]) >= 0 {
-		b.WriteByte(s[i])
 		i++
 	}
 	// number reads a width or a precision: "*" (an operand) or digits.
-	number := func(i int) int {
-		i = index(i)
+	number := func(i int) (int, bool) {
 		if i < len(s) && s[i] == '*' {
-			b.WriteByte('*')
-			take()
-			return i + 1
+			return i + 1, take()
 		}
 		for i < len(s) && s[i] >= '0' && s[i] <= '9' {
-			b.WriteByte(s[i])
 			i++
 		}
-		return i
+		return i, true
 	}
-	i = number(i)
+	if i, ok = number(i); !ok {
+		return "", nil, 0, 0, false
+	}
 	if i < len(s) && s[i] == '.' {
-		b.WriteByte('.')
-		i = number(i + 1)
+		if i, ok = number(i + 1); !ok {
+			return "", nil, 0, 0, false
+		}
 	}
-	i = index(i)
-	if i >= len(s) {
-		return "%!(NOVERB)", nil, 0, i
+	if i >= len(s) || s[i] == '[' {
+		return "", nil, 0, 0, false
 	}
 	verb, size := utf8.DecodeRuneInString(s[i:])
 	i += size
 	if verb == '%' {
-		return "%%", nil, '%', i
+		// "%%" alone: fmt reads flags, a width or operands before a '%'
+		// its own way.
+		return "%%", nil, '%', i, i == 2
 	}
-	b.WriteRune(verb)
-	take()
-	return b.String(), used, verb, i
+	if !take() {
+		return "", nil, 0, 0, false
+	}
+	return s[:i], used, verb, i, true
 }
-
-// badOperand stands for an operand the format names and args lack (or
-// names by a bad index); it prints as fmt prints one.
-type badOperand string
-
-func (b badOperand) Format(f fmt.State, verb rune) { fmt.Fprintf(f, "%%!%c(%s)", verb, string(b)) }
 
 // InvalidArgument builds an invalid_argument error naming param.
 func InvalidArgument(param, format string, args ...any) *Error {

@@ -17,6 +17,7 @@ func TestErrorfKeepsCausesOut(t *testing.T) {
 	t.Parallel()
 	secret := errors.New("dial tcp db.internal.example:5432 as rein:s3cret: connection refused")
 	inner := rein.InvalidArgument("text", "text is empty")
+	malformed := "oops: %w %" // a variable: vet refuses it as a constant
 	for _, c := range []struct {
 		name  string
 		err   *rein.Error
@@ -39,7 +40,9 @@ func TestErrorfKeepsCausesOut(t *testing.T) {
 		{"two foreign causes at the end", rein.Errorf(rein.CodeConflict, "apply: %w: %w", secret, errors.New("also /var/lib")), "apply", secret},
 		{"no cause", rein.Errorf(rein.CodeNotFound, "session %q not found", "ses_1"), `session "ses_1" not found`, nil},
 		{"percent sign", rein.Errorf(rein.CodeConflict, "100%% full: %w", secret), "100% full", secret},
-		{"explicit indexes", rein.Errorf(rein.CodeConflict, "%[2]s then %[1]s: %[3]w", "a", "b", secret), "b then a", secret},
+		{"explicit indexes and a cause", rein.Errorf(rein.CodeConflict, "%[2]s then %[1]s: %[3]w", "a", "b", secret), "", secret},
+		{"explicit indexes", rein.Errorf(rein.CodeConflict, "%[2]s then %[1]s", "a", "b"), "b then a", nil},
+		{"a malformed verb and a cause", rein.Errorf(rein.CodeConflict, malformed, secret), "", secret},
 		{"star width", rein.Errorf(rein.CodeConflict, "[%*d]: %w", 4, 7, secret), "[   7]", secret},
 	} {
 		t.Run(c.name, func(t *testing.T) {
@@ -112,4 +115,52 @@ func TestErrorText(t *testing.T) {
 			t.Errorf("Error() = %q, want %q", got, c.want)
 		}
 	}
+}
+
+// FuzzErrorf: whatever the format, a foreign cause's text never reaches
+// Message and errors.Is finds it; a format without %w that uses every
+// operand reads as fmt.Sprintf's.
+func FuzzErrorf(f *testing.F) {
+	for _, s := range []string{"store unreachable: %w", "%w happened", "%s: %d: %w", "%[2]s %[1]w", "%*d %w", "%.*f: %w", "100%%: %w", "%", "%!", "%[9]w", "(%w)", "%w: %w", "%v %q"} {
+		f.Add(s)
+	}
+	secret := errors.New("SECRET-dial-tcp")
+	f.Fuzz(func(t *testing.T, format string) {
+		// The cause's property holds for %w; another verb given an error
+		// prints it, as fmt does. So every operand here is the cause, and
+		// formats with other verbs (that would print it) are for the
+		// second property.
+		causes := []any{secret, secret, secret}
+		if onlyWrapVerbs(format) {
+			e := rein.Errorf(rein.CodeConflict, format, causes...)
+			if strings.Contains(e.Message, "SECRET") {
+				t.Fatalf("Errorf(%q).Message = %q carries the cause", format, e.Message)
+			}
+			if errors.Is(fmt.Errorf(format, causes...), secret) && !errors.Is(e, secret) {
+				t.Fatalf("Errorf(%q): errors.Is lost the cause %v", format, e.Err)
+			}
+		}
+		args := []any{"a", 2, 1.5}
+		// fmt lists unused operands (%!(EXTRA …)); Errorf leaves them out.
+		if want := fmt.Sprintf(format, args...); !strings.Contains(format, "w") && !strings.Contains(want, "%!(EXTRA ") {
+			if got := rein.Errorf(rein.CodeConflict, format, args...).Message; got != want {
+				t.Fatalf("Errorf(%q).Message = %q, want fmt's %q", format, got, want)
+			}
+		}
+	})
+}
+
+// onlyWrapVerbs reports whether every verb of format is a bare %w or %%
+// (fmt reads flags before a '%' its own way).
+func onlyWrapVerbs(format string) bool {
+	for i := 0; i < len(format); i++ {
+		if format[i] != '%' {
+			continue
+		}
+		if i+1 == len(format) || (format[i+1] != 'w' && format[i+1] != '%') {
+			return false
+		}
+		i++
+	}
+	return true
 }

@@ -6,22 +6,16 @@ import (
 	"github.com/reinhq/rein"
 )
 
-// PublicMessage is re's message as a client may read it: without a cause
-// that is not Rein's own formatted into it (a driver's text names hosts
-// and files; it is for the server's log). Every adapter's error answers
-// go through it, so none carries an internal cause.
+// PublicMessage is re's message as a client may read it, without its
+// leading "<code>: ": rein.Errorf keeps a cause's text out of messages
+// (decision 0081), so what is left was written for the client; for an
+// empty one the code stands in. Every adapter's error answers go through
+// it.
 func PublicMessage(re *rein.Error) string {
-	msg := strings.TrimPrefix(re.Message, string(re.Code)+": ")
-	if re.Err == nil || !HasForeignCause(re) {
+	if msg := strings.TrimPrefix(re.Message, string(re.Code)+": "); msg != "" {
 		return msg
 	}
-	if rest, ok := strings.CutSuffix(msg, ": "+re.Err.Error()); ok && rest != "" {
-		return rest
-	}
-	if strings.Contains(msg, re.Err.Error()) {
-		return string(re.Code)
-	}
-	return msg
+	return strings.ReplaceAll(string(re.Code), "_", " ")
 }
 
 // HasForeignCause reports whether re wraps an error that is not Rein's

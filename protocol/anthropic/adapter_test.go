@@ -6,6 +6,8 @@ import (
 	"encoding/json"
 	"io"
 	"net/http"
+	"slices"
+	"strconv"
 	"strings"
 	"testing"
 
@@ -317,5 +319,105 @@ func TestEventPagesDescending(t *testing.T) {
 		if asc[i] != desc[len(desc)-1-i] {
 			t.Fatalf("asc %q\ndesc %q", asc, desc)
 		}
+	}
+}
+
+// TestStreamLastEventIDAndTypes: a stream resumes after its Last-Event-ID
+// header (the seq of its id: lines), and events.list keeps only the types
+// asked for.
+func TestStreamLastEventIDAndTypes(t *testing.T) {
+	srv := newServer(t)
+	id := newSession(t, srv)
+	key := rein.SessionKey{Owner: "alice", ID: id}
+	res, err := srv.Service.SendMessage(context.Background(), key, sessions.MessageRequest{Text: "hello"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := res.Wait(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	_, _, body := call(t, srv, "GET", "/v1/sessions/"+id+"/events?types[]=agent.message&types[]=session.status_idle", alice(), "")
+	data := body["data"].([]any)
+	if len(data) != 2 || data[0].(map[string]any)["type"] != "agent.message" || data[1].(map[string]any)["type"] != "session.status_idle" {
+		t.Fatalf("types filter: %v", body)
+	}
+	msg := data[0].(map[string]any)
+	// Resumed after the reply's seq: what the run's end renders (the
+	// span's end shares the reply's seq, so it is not repeated).
+	req, err := http.NewRequest("GET", srv.URL+"/v1/sessions/"+id+"/events/stream", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	req.Header.Set("Authorization", "Bearer tok-alice")
+	req.Header.Set("Last-Event-ID", strconv.FormatInt(int64(msg["seq"].(float64)), 10))
+	resp, err := srv.HTTP.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	var types []string
+	sc := bufio.NewScanner(resp.Body)
+	for sc.Scan() {
+		if typ, ok := strings.CutPrefix(sc.Text(), "event: "); ok {
+			types = append(types, typ)
+			if typ == "session.status_idle" {
+				break
+			}
+		}
+	}
+	if strings.Join(types, " ") != "session.status_idle" {
+		t.Fatalf("resumed after the reply: %q", types)
+	}
+	status, _, body := call(t, srv, "GET", "/v1/sessions/"+id+"/events/stream", alice("Last-Event-ID", "x"), "")
+	if e := errorOf(t, status, 400, body); e["param"] != "Last-Event-ID" {
+		t.Fatalf("bad Last-Event-ID: %v", body)
+	}
+}
+
+// TestSessionPages: sessions.list pages the owner's root sessions newest
+// first (oldest first with order=asc) by position, archived ones left out
+// unless asked for, every session once.
+func TestSessionPages(t *testing.T) {
+	srv := newServer(t)
+	var made []string
+	for range 7 {
+		made = append(made, newSession(t, srv))
+	}
+	if status, _, body := call(t, srv, "POST", "/v1/sessions/"+made[3]+"/archive", alice(), ""); status != 200 {
+		t.Fatalf("archive: %d %v", status, body)
+	}
+	read := func(query string) []string {
+		var ids []string
+		page := ""
+		for range 20 {
+			status, _, body := call(t, srv, "GET", "/v1/sessions?limit=2"+query+page, alice(), "")
+			if status != 200 {
+				t.Fatalf("list: %d %v", status, body)
+			}
+			for _, s := range body["data"].([]any) {
+				ids = append(ids, s.(map[string]any)["id"].(string))
+			}
+			next, _ := body["next_page"].(string)
+			if next == "" {
+				return ids
+			}
+			page = "&page=" + next
+		}
+		t.Fatal("paging does not end")
+		return nil
+	}
+	newest := read("")
+	want := slices.Clone(made)
+	slices.Reverse(want)
+	want = slices.DeleteFunc(want, func(id string) bool { return id == made[3] })
+	if !slices.Equal(newest, want) {
+		t.Fatalf("newest first: %q, want %q", newest, want)
+	}
+	if all := read("&order=asc&include_archived=true"); !slices.Equal(all, made) {
+		t.Fatalf("oldest first with archived: %q, want %q", all, made)
+	}
+	status, _, body := call(t, srv, "GET", "/v1/sessions?page=garbage", alice(), "")
+	if e := errorOf(t, status, 400, body); e["param"] != "page" {
+		t.Fatalf("a bad page: %v", body)
 	}
 }
