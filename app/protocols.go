@@ -7,6 +7,7 @@ import (
 	"github.com/reinhq/rein"
 	"github.com/reinhq/rein/protocol"
 	"github.com/reinhq/rein/protocol/a2a"
+	"github.com/reinhq/rein/protocol/aisdk"
 	"github.com/reinhq/rein/protocol/anthropic"
 	"github.com/reinhq/rein/sessions"
 )
@@ -24,6 +25,9 @@ var protocols = []struct {
 	}},
 	{"a2a", func(svc *sessions.Service, log *slog.Logger) []protocol.Mount {
 		return a2a.Mounts(a2a.Options{Service: svc, Logger: log})
+	}},
+	{"ai-sdk", func(svc *sessions.Service, log *slog.Logger) []protocol.Mount {
+		return []protocol.Mount{aisdk.Mount(svc, aisdk.Options{Logger: log})}
 	}},
 }
 

@@ -10,6 +10,7 @@ import (
 	"strings"
 
 	"github.com/reinhq/rein"
+	"github.com/reinhq/rein/protocol"
 )
 
 // errorBody is the docs/api.md error object.
@@ -59,17 +60,9 @@ func publicError(err error) (int, errorBody) {
 
 // foreignCause reports whether re's chain holds an error that is not a
 // *rein.Error: a cause from outside Rein's rules (a driver, the network,
-// the file system), which only the log may see.
-func foreignCause(re *rein.Error) bool {
-	for cause := re.Err; cause != nil; {
-		inner, ok := cause.(*rein.Error)
-		if !ok {
-			return true
-		}
-		cause = inner.Err
-	}
-	return false
-}
+// the file system), which only the log may see. The protocol adapters
+// answer by the same rule.
+var foreignCause = protocol.HasForeignCause
 
 // publicMessage is re's message as it is: rein.Errorf keeps a cause's
 // text out of it (decision 0081), and a message built by hand holds what

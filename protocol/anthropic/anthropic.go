@@ -113,21 +113,10 @@ func (h *Handler) Unauthenticated(w http.ResponseWriter, r *http.Request) {
 	writeErr(w, http.StatusUnauthorized, "authentication_error", "a valid API key is required (Authorization: Bearer KEY, or x-api-key: KEY)", false)
 }
 
-// owner is the request's authenticated owner; served without the server
-// (a test of the adapter alone), single-user mode's owner.
-func owner(r *http.Request) string {
-	if req := protocol.RequestOf(r.Context()); req != nil {
-		return req.Owner
-	}
-	return "local"
-}
+// owner is the request's authenticated owner (protocol.Owner).
+func owner(r *http.Request) string { return protocol.Owner(r) }
 
-func maxBody(r *http.Request) int64 {
-	if req := protocol.RequestOf(r.Context()); req != nil && req.MaxBodyBytes > 0 {
-		return req.MaxBodyBytes
-	}
-	return defaultMaxBody
-}
+func maxBody(r *http.Request) int64 { return protocol.MaxBody(r, defaultMaxBody) }
 
 // sessionKey is the session the path names, for the caller.
 func sessionKey(r *http.Request) rein.SessionKey {
@@ -204,27 +193,12 @@ func (h *Handler) writeError(w http.ResponseWriter, r *http.Request, err error) 
 	writeJSON(w, status, errorEnvelope{Type: "error", Error: body})
 }
 
-// publicMessage is the error's message without a leading "<code>: ":
-// rein.Errorf keeps a cause's text out of messages (decision 0081), so what
-// is left was written for the client; "" has the code stand in.
-func publicMessage(re *rein.Error) string {
-	if msg := strings.TrimPrefix(re.Message, string(re.Code)+": "); msg != "" {
-		return msg
-	}
-	return strings.ReplaceAll(string(re.Code), "_", " ")
-}
-
-// hasForeignCause reports whether re wraps an error that is not Rein's.
-func hasForeignCause(re *rein.Error) bool {
-	for cause := re.Err; cause != nil; {
-		inner, ok := cause.(*rein.Error)
-		if !ok {
-			return true
-		}
-		cause = inner.Err
-	}
-	return false
-}
+// publicMessage and hasForeignCause keep a foreign cause out of answers
+// (package protocol's, shared by the adapters).
+var (
+	publicMessage   = protocol.PublicMessage
+	hasForeignCause = protocol.HasForeignCause
+)
 
 func writeErr(w http.ResponseWriter, status int, typ, msg string, noRetry bool) {
 	if noRetry || status == http.StatusConflict {

@@ -1,9 +1,7 @@
 package anthropic
 
 import (
-	"bytes"
 	"context"
-	"errors"
 	"net/http"
 	"slices"
 	"strconv"
@@ -164,9 +162,8 @@ func (j json_) MarshalJSON() ([]byte, error) { return j, nil }
 
 // Stream pacing.
 const (
-	streamPage         = 1000
-	streamWriteTimeout = 30 * time.Second
-	defaultHeartbeat   = 15 * time.Second
+	streamPage       = 1000
+	defaultHeartbeat = 15 * time.Second
 )
 
 // streamEvents is events.stream: the log rendered as Server-Sent Events,
@@ -223,7 +220,7 @@ func (h *Handler) streamEvents(w http.ResponseWriter, r *http.Request) {
 	defer cancel()
 	stop := context.AfterFunc(closing, cancel)
 	defer stop()
-	s := &sseOut{rc: rc, w: w}
+	s := &sseOut{protocol.NewSSE(w)}
 	for {
 		evs, last, err := h.svc.ReadEvents(ctx, key, cursor, streamPage)
 		if err != nil {
@@ -270,23 +267,7 @@ func (h *Handler) streamEvents(w http.ResponseWriter, r *http.Request) {
 // wait blocks until the log has an event after cursor, writing a comment
 // line each heartbeat interval of silence.
 func (h *Handler) wait(ctx context.Context, key rein.SessionKey, cursor int64, s *sseOut) error {
-	for {
-		beat, cancel := context.WithTimeout(ctx, h.heartbeat)
-		err := h.svc.WaitEvents(beat, key, cursor)
-		cancel()
-		switch {
-		case err == nil:
-			return nil
-		case ctx.Err() != nil:
-			return ctx.Err()
-		case errors.Is(err, context.DeadlineExceeded):
-			if err := s.raw([]byte(": keepalive\n\n")); err != nil {
-				return err
-			}
-		default:
-			return err
-		}
-	}
+	return s.WaitOrBeat(ctx, h.heartbeat, func(ctx context.Context) error { return h.svc.WaitEvents(ctx, key, cursor) })
 }
 
 // streamCursor is where a stream starts: Last-Event-ID, else ?after=,
@@ -311,37 +292,24 @@ func streamCursor(r *http.Request) (cursor int64, fromEnd bool, err error) {
 }
 
 // sseOut writes frames, flushing each write.
-type sseOut struct {
-	rc  *http.ResponseController
-	w   http.ResponseWriter
-	buf bytes.Buffer
-}
+type sseOut struct{ *protocol.SSE }
 
 // write sends rendered events as frames, all in one write.
 func (s *sseOut) write(rs []rendered) error {
 	if len(rs) == 0 {
 		return nil
 	}
-	s.buf.Reset()
+	s.Buf.Reset()
 	for _, x := range rs {
-		s.buf.WriteString("event: ")
-		s.buf.WriteString(x.typ)
-		s.buf.WriteString("\nid: ")
-		s.buf.WriteString(strconv.FormatInt(x.seq, 10))
-		s.buf.WriteString("\ndata: ")
-		s.buf.Write(x.data)
-		s.buf.WriteString("\n\n")
+		s.Buf.WriteString("event: ")
+		s.Buf.WriteString(x.typ)
+		s.Buf.WriteString("\nid: ")
+		s.Buf.WriteString(strconv.FormatInt(x.seq, 10))
+		s.Buf.WriteString("\ndata: ")
+		s.Buf.Write(x.data)
+		s.Buf.WriteString("\n\n")
 	}
-	return s.raw(s.buf.Bytes())
+	return s.Write(s.Buf.Bytes())
 }
 
-func (s *sseOut) raw(b []byte) error {
-	_ = s.rc.SetWriteDeadline(time.Now().Add(streamWriteTimeout))
-	if _, err := s.w.Write(b); err != nil {
-		return err
-	}
-	if err := s.rc.Flush(); err != nil && !errors.Is(err, http.ErrNotSupported) {
-		return err
-	}
-	return nil
-}
+func (s *sseOut) raw(b []byte) error { return s.Write(b) }
