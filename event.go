@@ -359,7 +359,10 @@ type MessagePayload struct {
 
 // UserInterruptPayload is the payload of user.interrupt.
 type UserInterruptPayload struct {
-	RunID    *string `json:"run_id"`
+	RunID *string `json:"run_id"`
+	// ClientID is the client id the stop named (a stop by client id), nil
+	// otherwise.
+	ClientID *string `json:"client_id,omitempty"`
 	Mode     string  `json:"mode"`
 	Accepted bool    `json:"accepted"`
 	Message  *string `json:"message,omitempty"`

@@ -111,6 +111,11 @@ type Interrupt struct {
 	// RunID names the run to stop; only that run is ever touched. nil
 	// stops the session's current (running) run, if any.
 	RunID *string `json:"run_id,omitempty"`
+	// ClientID names the run by the client id of the message that
+	// started it — or will: a stop for a message that has not arrived is
+	// remembered for 24 hours, and that message's run is created already
+	// ended (CANCELLED). Not together with RunID.
+	ClientID string `json:"client_id,omitempty"`
 	// Mode is rein.StopCancel (default: the run ends CANCELLED without a
 	// reply) or rein.StopInterrupt (cooperative: it ends COMPLETED with
 	// reason interrupted and a reply).
@@ -125,7 +130,9 @@ type InterruptResult struct {
 	// run was already terminal, unknown, of another session, or when
 	// there was no current run.
 	Accepted bool `json:"accepted"`
-	// RunID is the run the request targeted ("" when there was none).
+	// RunID is the run the request targeted ("" when there was none; for
+	// a stop by client id, "" means the message has not arrived and the
+	// stop is remembered).
 	RunID string `json:"run_id"`
 }
 
@@ -140,6 +147,15 @@ func (c *Client) Interrupt(ctx context.Context, sessionID string, in Interrupt) 
 // rein.StopInterrupt; it is Interrupt with RunID set.
 func (c *Client) StopRun(ctx context.Context, sessionID, runID string, mode rein.StopMode) (InterruptResult, error) {
 	return c.Interrupt(ctx, sessionID, Interrupt{RunID: &runID, Mode: mode})
+}
+
+// StopByClientID stops the run of the session's message with this client
+// id (Message.ClientID), with mode rein.StopCancel or rein.StopInterrupt,
+// whether or not that message has arrived yet: a stop button can be
+// pressed before the message's answer named the run. It is Interrupt with
+// ClientID set.
+func (c *Client) StopByClientID(ctx context.Context, sessionID, clientID string, mode rein.StopMode) (InterruptResult, error) {
+	return c.Interrupt(ctx, sessionID, Interrupt{ClientID: clientID, Mode: mode})
 }
 
 // Supplement is a user.supplement: a note for the running agent, read at

@@ -241,6 +241,18 @@ func (p payload) interrupt() (sessions.InterruptRequest, error) {
 		}
 		req.RunID = &id
 	}
+	// client_id names the run by its message's client id — also one that
+	// has not arrived yet (docs/api.md). Present, it must be a real key.
+	if raw, ok := p.fields["client_id"]; ok {
+		var cid string
+		if kind(raw) != '"' || json.Unmarshal(raw, &cid) != nil || cid == "" {
+			return req, rein.InvalidArgument(p.param("client_id"), "client_id, when present, must be a non-empty string")
+		}
+		if req.RunID != nil {
+			return req, rein.InvalidArgument(p.param("client_id"), "give run_id or client_id, not both")
+		}
+		req.ClientID = cid
+	}
 	mode, err := p.enum("mode", string(rein.StopCancel), string(rein.StopInterrupt))
 	if err != nil {
 		return req, err

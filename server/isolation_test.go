@@ -413,6 +413,7 @@ func TestIsolationMatrix(t *testing.T) {
 		"user.message when_busy":       batch(`{"type":"user.message","payload":{"text":"hi","when_busy":"rollback"}}`),
 		"user.message client_id":       batch(`{"type":"user.message","payload":{"text":"hi","client_id":"` + a.clientID + `"}}`),
 		"user.interrupt current":       batch(`{"type":"user.interrupt","payload":{}}`),
+		"user.interrupt client_id":     batch(`{"type":"user.interrupt","payload":{"client_id":"` + a.clientID + `"}}`),
 		"user.interrupt run":           batch(`{"type":"user.interrupt","payload":{"run_id":"` + a.waiting + `"}}`),
 		"user.interrupt sleeping run":  batch(`{"type":"user.interrupt","payload":{"run_id":"` + a.sleeping + `","mode":"interrupt"}}`),
 		"user.supplement":              batch(`{"type":"user.supplement","payload":{"text":"bob's note"}}`),

@@ -95,6 +95,9 @@ type admission struct {
 	lease *store.Lease
 	// repeat: a client_id repeat; nothing was written.
 	repeat bool
+	// stopped: a stop by its client id came first; the run was created
+	// already ended (admitStopped).
+	stopped bool
 	// target is the run this message stops (when_busy interrupt or
 	// rollback), "" for none. It held the turn before this message.
 	target string
@@ -117,6 +120,20 @@ func (lc *lifecycle) admit(ctx context.Context, key rein.SessionKey, req Message
 				return errNothing
 			} else if !errors.Is(err, rein.ErrNotFound) {
 				return err
+			}
+			// A stop by this client id may have come first (decision
+			// 0090): read in this write, which the stop's write excludes.
+			stop, err := tx.RememberedStop(req.ClientID)
+			if err != nil {
+				return err
+			}
+			if stop != nil {
+				if stop.CreatedAt.Add(StopMemory).After(tx.Now()) {
+					return lc.admitStopped(tx, key, req, &a)
+				}
+				if err := tx.ForgetStops(req.ClientID, time.Time{}); err != nil {
+					return err
+				}
 			}
 		}
 		if lc.refuseNew != nil {
@@ -232,6 +249,40 @@ func (lc *lifecycle) admit(ctx context.Context, key rein.SessionKey, req Message
 		}
 	}
 	return a, err
+}
+
+// admitStopped admits a message whose stop came first: its run is
+// created already ended (CANCELLED/cancelled, never started), logged as
+// its user.message and its session.run_completed, and the remembered stop
+// is used up. The session's turn is not asked about: the run takes no
+// turn, so a busy session does not refuse it, and its when_busy stops
+// nothing and queues nothing. A draining instance still records it: it
+// starts nothing.
+func (lc *lifecycle) admitStopped(tx store.Tx, key rein.SessionKey, req MessageRequest, a *admission) error {
+	now := tx.Now()
+	rec := &store.RunRecord{
+		Owner: key.Owner, SessionID: key.ID, ID: id.New(id.Run), Status: rein.StatusCancelled, Reason: rein.ReasonCancelled,
+		Input: req.Text, ClientID: req.ClientID, QueueOrder: now.UnixNano(), Instance: lc.instance, CreatedAt: now, EndedAt: now,
+	}
+	if err := tx.CreateRun(rec); err != nil {
+		return err
+	}
+	if err := tx.ForgetStops(req.ClientID, time.Time{}); err != nil {
+		return err
+	}
+	if err := tx.SetDefaultTitle(defaultTitle(req.Text)); err != nil {
+		return err
+	}
+	stored, err := tx.AppendEvents(
+		rein.NewEvent(rein.EventUserMessage, rec.ID, rein.UserMessagePayload{Text: req.Text, RunID: rec.ID}),
+		rein.NewEvent(rein.EventRunCompleted, rec.ID, rein.RunCompletedPayload{RunID: rec.ID, Status: rein.StatusCancelled, Reason: rein.ReasonCancelled}),
+	)
+	if err != nil {
+		return err
+	}
+	a.rec, a.stopped = rec, true
+	a.messageID, a.messageSeq = stored[0].ID, stored[0].Seq
+	return nil
 }
 
 func inputMessage(rec *store.RunRecord) rein.Message {
@@ -721,7 +772,7 @@ type stopOutcome struct {
 // stopRemote is a stop of a run this instance does not hold: logged with
 // the truth of the store, recorded on the run so that its holder (or
 // whoever resumes it) applies it, and a queued run ended at once.
-func (lc *lifecycle) stopRemote(ctx context.Context, key rein.SessionKey, runID string, mode rein.StopMode, msg *string) (stopOutcome, error) {
+func (lc *lifecycle) stopRemote(ctx context.Context, key rein.SessionKey, runID, clientID string, mode rein.StopMode, msg *string) (stopOutcome, error) {
 	var o stopOutcome
 	err := lc.update(ctx, key, store.Fence{}, func(tx store.Tx) error {
 		o = stopOutcome{}
@@ -733,7 +784,7 @@ func (lc *lifecycle) stopRemote(ctx context.Context, key rein.SessionKey, runID 
 		if rec != nil && !rec.Status.Terminal() {
 			o.accepted = true
 		}
-		if _, err := tx.AppendEvents(interruptEvent(runID, mode, msg, o.accepted)); err != nil {
+		if _, err := tx.AppendEvents(interruptEvent(runID, clientID, mode, msg, o.accepted)); err != nil {
 			return err
 		}
 		if !o.accepted {
@@ -754,8 +805,8 @@ func (lc *lifecycle) stopRemote(ctx context.Context, key rein.SessionKey, runID 
 }
 
 // logStop records a stop of a run held here that its handle refused.
-func (lc *lifecycle) logStop(ctx context.Context, key rein.SessionKey, runID string, mode rein.StopMode, msg *string, accepted bool) error {
-	return lc.logStops(ctx, key, []rein.Event{interruptEvent(runID, mode, msg, accepted)})
+func (lc *lifecycle) logStop(ctx context.Context, key rein.SessionKey, runID, clientID string, mode rein.StopMode, msg *string, accepted bool) error {
+	return lc.logStops(ctx, key, []rein.Event{interruptEvent(runID, clientID, mode, msg, accepted)})
 }
 
 // logStops appends the user.interrupt events of stops of a run held here
@@ -767,10 +818,15 @@ func (lc *lifecycle) logStops(ctx context.Context, key rein.SessionKey, evs []re
 	})
 }
 
-func interruptEvent(runID string, mode rein.StopMode, msg *string, accepted bool) rein.Event {
+// interruptEvent is a stop's user.interrupt: the run it named or stopped
+// (runID, "" for none) and the client id it named ("" for none).
+func interruptEvent(runID, clientID string, mode rein.StopMode, msg *string, accepted bool) rein.Event {
 	p := rein.UserInterruptPayload{Mode: string(mode), Accepted: accepted, Message: msg}
 	if runID != "" {
 		p.RunID = &runID
+	}
+	if clientID != "" {
+		p.ClientID = &clientID
 	}
 	return rein.NewEvent(rein.EventUserInterrupt, runID, p)
 }

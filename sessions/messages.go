@@ -31,15 +31,17 @@ const (
 
 // message is an instance message on the wire.
 type message struct {
-	Kind     string  `json:"k"`
-	From     string  `json:"f,omitempty"`
-	Owner    string  `json:"o,omitempty"`
-	Session  string  `json:"s,omitempty"`
-	Run      string  `json:"r,omitempty"`
-	Mode     string  `json:"m,omitempty"`
-	Text     *string `json:"t,omitempty"`
-	Req      string  `json:"q,omitempty"`
-	Accepted bool    `json:"a,omitempty"`
+	Kind    string  `json:"k"`
+	From    string  `json:"f,omitempty"`
+	Owner   string  `json:"o,omitempty"`
+	Session string  `json:"s,omitempty"`
+	Run     string  `json:"r,omitempty"`
+	Mode    string  `json:"m,omitempty"`
+	Text    *string `json:"t,omitempty"`
+	Req     string  `json:"q,omitempty"`
+	// ClientID is the client id a stop named (logged on its event).
+	ClientID string `json:"c,omitempty"`
+	Accepted bool   `json:"a,omitempty"`
 	// Here: the addressee executes the run (its answer is the truth).
 	Here bool `json:"h,omitempty"`
 }
@@ -90,7 +92,7 @@ func (s *Service) releasedTurn(key rein.SessionKey) {
 // askHolder asks the instance executing target (the holder of the
 // session's lease) to stop it, and waits for its answer. ok is false when
 // no other instance holds it, or none answered in time.
-func (s *Service) askHolder(ctx context.Context, key rein.SessionKey, target string, mode rein.StopMode, text *string) (accepted, ok bool) {
+func (s *Service) askHolder(ctx context.Context, key rein.SessionKey, target, clientID string, mode rein.StopMode, text *string) (accepted, ok bool) {
 	if s.msgr == nil {
 		return false, false
 	}
@@ -111,7 +113,7 @@ func (s *Service) askHolder(ctx context.Context, key rein.SessionKey, target str
 		delete(s.replies.m, req)
 		s.replies.mu.Unlock()
 	}()
-	s.send(l.Holder, message{Kind: msgStop, Owner: key.Owner, Session: key.ID, Run: target, Mode: string(mode), Text: text, Req: req})
+	s.send(l.Holder, message{Kind: msgStop, Owner: key.Owner, Session: key.ID, Run: target, Mode: string(mode), Text: text, Req: req, ClientID: clientID})
 	t := time.NewTimer(askTimeout)
 	defer t.Stop()
 	select {
@@ -159,7 +161,7 @@ func (s *Service) onMessage(b []byte) {
 		case msgStop:
 			ctx, cancel := context.WithTimeout(s.ctx, 30*time.Second)
 			defer cancel()
-			accepted, here, err := s.stopLocal(ctx, m.key(), m.Run, rein.StopMode(m.Mode), m.Text)
+			accepted, here, err := s.stopLocal(ctx, m.key(), m.Run, m.ClientID, rein.StopMode(m.Mode), m.Text)
 			if err != nil {
 				s.log.Warn("stop asked by another instance", "run", m.Run, "err", err)
 			}

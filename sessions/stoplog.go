@@ -30,9 +30,10 @@ const stopLogGrace = 10 * time.Millisecond
 // owed to the log. The event is encoded by whoever writes it, after the
 // stop took effect.
 type stopNote struct {
-	runID string
-	mode  rein.StopMode
-	msg   *string
+	runID    string
+	clientID string // the client id the stop named, "" for none
+	mode     rein.StopMode
+	msg      *string
 	// tried: the requester's own append failed; the run's end logs it, or,
 	// once no end will, it is given up.
 	tried bool
@@ -48,8 +49,8 @@ func (n *stopNote) settle(err error) {
 // oweStop records that an accepted stop's event is owed to the log. It is
 // the handle's announcement, run under the handle's lock: no I/O, nothing
 // encoded.
-func (lr *liveRun) oweStop(mode rein.StopMode, msg *string) *stopNote {
-	n := &stopNote{runID: lr.id, mode: mode, msg: msg, done: make(chan struct{})}
+func (lr *liveRun) oweStop(mode rein.StopMode, msg *string, clientID string) *stopNote {
+	n := &stopNote{runID: lr.id, clientID: clientID, mode: mode, msg: msg, done: make(chan struct{})}
 	lr.mu.Lock()
 	lr.stops = append(lr.stops, n)
 	if lr.stopsOver == nil {
@@ -92,7 +93,7 @@ func (lr *liveRun) settleStops(notes []*stopNote, err error, final bool) {
 func stopEvents(notes []*stopNote) []rein.Event {
 	evs := make([]rein.Event, len(notes))
 	for i, n := range notes {
-		evs[i] = interruptEvent(n.runID, n.mode, n.msg, true)
+		evs[i] = interruptEvent(n.runID, n.clientID, n.mode, n.msg, true)
 	}
 	return evs
 }

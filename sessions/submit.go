@@ -95,6 +95,14 @@ func (s *Service) SendMessage(ctx context.Context, key rein.SessionKey, req Mess
 		s.admitDone(key)
 		return MessageResult{RunID: a.rec.ID, Status: s.statusOf(ctx, a.rec), Repeat: true, svc: s, key: key}, nil
 	}
+	if a.stopped {
+		// Ended by its own admission: nothing to hold or start.
+		s.admitDone(key)
+		s.cfg.Observer.RunEnded(a.rec.Status, a.rec.Reason)
+		s.logEnd(a.rec, "")
+		s.runEnded(key, a.rec.ID, a.rec.Status, a.rec.Reason, nil)
+		return s.admitted(key, a), nil
+	}
 	_, err = s.trackAdmitted(ctx, a, req)
 	s.admitDone(key)
 	if err != nil {
@@ -178,23 +186,33 @@ func (s *Service) statusOf(ctx context.Context, rec *store.RunRecord) rein.RunSt
 type InterruptRequest struct {
 	// RunID names the run to stop; nil stops the session's current run.
 	RunID *string
+	// ClientID, when set, names the run to stop by the client id of the
+	// user.message that started it — or will start it: a stop for a
+	// message that has not arrived is remembered (StopMemory), and the
+	// message's run is created already ended. Not together with RunID.
+	ClientID string
 	// Mode is cancel (default) or interrupt.
 	Mode rein.StopMode
 	// Message is recorded on the event; never treated as input.
 	Message *string
 }
 
+// StopMemory is how long a stop by client id waits for its user.message.
+const StopMemory = 24 * time.Hour
+
 // InterruptResult is the answer to a user.interrupt.
 type InterruptResult struct {
 	Accepted bool
-	// RunID is the run the request targeted ("" when there was none).
+	// RunID is the run the request targeted ("" when there was none: for
+	// a stop by client id, the message has not arrived).
 	RunID string
 }
 
-// Interrupt stops one run exactly (by id) or the session's current run
-// (docs/api.md user.interrupt). It never touches another run: a run id that is
-// terminal, unknown or of another session is answered accepted=false. The
-// request is logged once, before the stopped run's end.
+// Interrupt stops one run exactly (by id or by client id) or the
+// session's current run (docs/api.md user.interrupt). It never touches
+// another run: a run id that is terminal, unknown or of another session is
+// answered accepted=false. The request is logged once, before the stopped
+// run's end.
 func (s *Service) Interrupt(ctx context.Context, key rein.SessionKey, req InterruptRequest) (InterruptResult, error) {
 	if req.Mode == "" {
 		req.Mode = rein.StopCancel
@@ -204,6 +222,12 @@ func (s *Service) Interrupt(ctx context.Context, key rein.SessionKey, req Interr
 	}
 	if req.RunID != nil && *req.RunID == "" {
 		return InterruptResult{}, rein.InvalidArgument("run_id", "run_id must be a non-empty string when present")
+	}
+	if req.ClientID != "" {
+		if req.RunID != nil {
+			return InterruptResult{}, rein.InvalidArgument("client_id", "give run_id or client_id, not both")
+		}
+		return s.interruptByClientID(ctx, key, req)
 	}
 	target := ""
 	if req.RunID != nil {
@@ -230,24 +254,69 @@ func (s *Service) Interrupt(ctx context.Context, key rein.SessionKey, req Interr
 	}
 	if target == "" {
 		if err := s.life.update(ctx, key, store.Fence{}, func(tx store.Tx) error {
-			_, err := tx.AppendEvents(interruptEvent("", req.Mode, req.Message, false))
+			_, err := tx.AppendEvents(interruptEvent("", "", req.Mode, req.Message, false))
 			return err
 		}); err != nil {
 			return InterruptResult{}, err
 		}
 		return InterruptResult{}, nil
 	}
-	if accepted, handled, err := s.stopLocal(ctx, key, target, req.Mode, req.Message); handled {
+	return s.stopRun(ctx, key, target, "", req)
+}
+
+// interruptByClientID is a stop by client id: one write finds the run of
+// the message with that client id, or — none has arrived — remembers the
+// stop and logs it (decision 0090). The message's admission reads the same
+// two things in its own write, so whichever of the two commits second
+// sees the other: a stop can never miss its message, nor a message its
+// stop. A run found is stopped as by its run id.
+func (s *Service) interruptByClientID(ctx context.Context, key rein.SessionKey, req InterruptRequest) (InterruptResult, error) {
+	target := ""
+	err := s.life.update(ctx, key, store.Fence{}, func(tx store.Tx) error {
+		target = ""
+		r, err := tx.GetRunByClientID(req.ClientID)
+		if err == nil {
+			target = r.ID
+			return errNothing
+		} else if !errors.Is(err, rein.ErrNotFound) {
+			return err
+		}
+		now := tx.Now()
+		// The session's stops older than the memory are dropped here, in
+		// the write that adds one, not by a sweeper.
+		if err := tx.ForgetStops("", now.Add(-StopMemory)); err != nil {
+			return err
+		}
+		if err := tx.RememberStop(&store.RememberedStop{Owner: key.Owner, SessionID: key.ID, ClientID: req.ClientID, Mode: string(req.Mode), CreatedAt: now}); err != nil {
+			return err
+		}
+		_, err = tx.AppendEvents(interruptEvent("", req.ClientID, req.Mode, req.Message, true))
+		return err
+	})
+	if err != nil && !errors.Is(err, errNothing) {
+		return InterruptResult{}, err
+	}
+	if target == "" {
+		return InterruptResult{Accepted: true}, nil
+	}
+	return s.stopRun(ctx, key, target, req.ClientID, req)
+}
+
+// stopRun stops target exactly: held here, by its handle; held by another
+// instance, by asking it; else by recording the stop on the run in the
+// store (a queued run is ended by that write).
+func (s *Service) stopRun(ctx context.Context, key rein.SessionKey, target, clientID string, req InterruptRequest) (InterruptResult, error) {
+	if accepted, handled, err := s.stopLocal(ctx, key, target, clientID, req.Mode, req.Message); handled {
 		if err != nil {
 			return InterruptResult{}, err
 		}
 		return InterruptResult{Accepted: accepted, RunID: target}, nil
 	}
-	if accepted, ok := s.askHolder(ctx, key, target, req.Mode, req.Message); ok {
+	if accepted, ok := s.askHolder(ctx, key, target, clientID, req.Mode, req.Message); ok {
 		// The instance that runs it decided, and logged the request.
 		return InterruptResult{Accepted: accepted, RunID: target}, nil
 	}
-	o, err := s.life.stopRemote(ctx, key, target, req.Mode, req.Message)
+	o, err := s.life.stopRemote(ctx, key, target, clientID, req.Mode, req.Message)
 	if err != nil {
 		return InterruptResult{}, err
 	}
@@ -270,7 +339,7 @@ func (s *Service) Interrupt(ctx context.Context, key rein.SessionKey, req Interr
 // (stoplog.go). accepted is answered once the request is logged. handled is
 // false when the run is not held here, or when the handle no longer takes
 // stops (it is ending): the store decides then.
-func (s *Service) stopLocal(ctx context.Context, key rein.SessionKey, target string, mode rein.StopMode, message *string) (accepted, handled bool, err error) {
+func (s *Service) stopLocal(ctx context.Context, key rein.SessionKey, target, clientID string, mode rein.StopMode, message *string) (accepted, handled bool, err error) {
 	lr := s.liveRun(target)
 	if lr == nil || lr.key() != key {
 		return false, false, nil
@@ -278,7 +347,7 @@ func (s *Service) stopLocal(ctx context.Context, key rein.SessionKey, target str
 	var note *stopNote
 	announce := func() {
 		lr.noteStop(string(mode))
-		note = lr.oweStop(mode, message)
+		note = lr.oweStop(mode, message, clientID)
 	}
 	msg := ""
 	if message != nil {
@@ -303,7 +372,7 @@ func (s *Service) stopLocal(ctx context.Context, key rein.SessionKey, target str
 		// A repeated stop of a run that is already stopping (or committed
 		// its reply): its record may still say RUNNING, so asking the store
 		// would wrongly accept it.
-		return false, true, s.life.logStop(actx, key, target, mode, message, false)
+		return false, true, s.life.logStop(actx, key, target, clientID, mode, message, false)
 	}
 	return true, true, s.logOwedStops(actx, lr, note)
 }

@@ -693,6 +693,21 @@ type Tx interface {
 	// all), oldest first. Never nil.
 	Confirmations(state ConfirmationState) ([]*Confirmation, error)
 
+	// RememberStop stores a stop by client id whose user.message has not
+	// arrived (docs/api.md user.interrupt), replacing the session's
+	// remembered stop for that client id, if any.
+	RememberStop(st *RememberedStop) error
+	// RememberedStop returns the session's remembered stop for clientID,
+	// or nil when there is none. It returns one however old: the caller
+	// judges expiry against Now. It is an indexed read, and on a backend
+	// with round trips it MAY ride on the GetRunByClientID of the same
+	// client id just before it (the admission's pair of reads).
+	RememberedStop(clientID string) (*RememberedStop, error)
+	// ForgetStops deletes the session's remembered stop for clientID (""
+	// for none) and every one of the session's remembered before before
+	// (the zero time: none).
+	ForgetStops(clientID string, before time.Time) error
+
 	// UpdateSession changes the session's record as u says and returns it
 	// as stored.
 	UpdateSession(u SessionUpdate) (*Session, error)
@@ -700,6 +715,20 @@ type Tx interface {
 	// a session with a title, "" included, keeps it. Cheap when it has
 	// one: it sits on every user.message's admission.
 	SetDefaultTitle(title string) error
+}
+
+// RememberedStop is a stop by client id that came before the user.message
+// with that client id: when the message arrives, its run is created
+// already ended (docs/api.md).
+type RememberedStop struct {
+	Owner     string
+	SessionID string
+	ClientID  string
+	// Mode is the stop's mode as asked ("cancel" or "interrupt"); a run
+	// that never started ends cancelled either way.
+	Mode string
+	// CreatedAt is when the stop came (the store's clock, Tx.Now).
+	CreatedAt time.Time
 }
 
 // SessionUpdate changes a session record. Nil fields are left unchanged.

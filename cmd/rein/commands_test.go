@@ -243,6 +243,46 @@ func TestStopCommand(t *testing.T) {
 	}
 }
 
+// TestStopCommandByClientID: rein stop --client-id before the message
+// (remembered: its run ends CANCELLED as it arrives) and after it (the
+// run, stopped).
+func TestStopCommandByClientID(t *testing.T) {
+	s := newTestServer(t, nil)
+	c := s.client("")
+	ctx := ctxT(t)
+	env := map[string]string{"REIN_SERVER": s.url}
+	sess, err := c.CreateSession(ctx, client.CreateSessionRequest{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	code, out, errs := run(t, "", env, "stop", "--session", sess.ID, "--client-id", "tab-1")
+	if code != 0 || !strings.HasPrefix(out, "no message with client id tab-1 has arrived yet: the stop is remembered") {
+		t.Fatalf("stop before the message: exit %d, stdout %q, stderr %q", code, out, errs)
+	}
+	early, err := c.SendMessage(ctx, sess.ID, client.Message{Text: "long", ClientID: "tab-1"})
+	if err != nil || early.Status != rein.StatusCancelled {
+		t.Fatalf("the message = %+v, %v; want CANCELLED", early, err)
+	}
+	next, err := c.SendMessage(ctx, sess.ID, client.Message{Text: "long", ClientID: "tab-2"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	waitEvent(t, c, sess.ID, isEvent(rein.EventToolUse, next.RunID))
+	code, out, errs = run(t, "", env, "stop", "--interrupt", "--session", sess.ID, "--client-id", "tab-2")
+	if code != 0 || out != "stop of run "+next.RunID+" (client id tab-2) accepted (interrupt)\n" {
+		t.Fatalf("stop of the running run: exit %d, stdout %q, stderr %q", code, out, errs)
+	}
+	var p rein.RunCompletedPayload
+	if err := waitEvent(t, c, sess.ID, isEvent(rein.EventRunCompleted, next.RunID)).DecodePayload(&p); err != nil || p.Reason != rein.ReasonInterrupted {
+		t.Fatalf("after rein stop --client-id: %+v %v", p, err)
+	}
+	for _, args := range [][]string{{"stop", "--client-id", "x"}, {"stop", "--session", sess.ID, "--client-id", "x", next.RunID}} {
+		if code, _, _ := run(t, "", env, args...); code == 0 {
+			t.Errorf("%v: exit 0, want a usage error", args)
+		}
+	}
+}
+
 func TestDeleteCommand(t *testing.T) {
 	s := newTestServer(t, nil)
 	c := s.client("")

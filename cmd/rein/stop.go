@@ -9,14 +9,18 @@ import (
 	"github.com/reinhq/rein/client"
 )
 
-const stopSynopsis = "rein stop [--server URL] [--token T] [--interrupt] [--session SESSION] RUN_ID"
+const stopSynopsis = "rein stop [--server URL] [--token T] [--interrupt] [--session SESSION] RUN_ID\n       rein stop [--server URL] [--token T] [--interrupt] --session SESSION --client-id ID"
 
 const stopAbout = `Stops one run, by its id: it is cancelled at once (it ends CANCELLED, without a
 reply), or with --interrupt stopped cooperatively (it ends COMPLETED with
 reason interrupted, answering with what it has). A run that has already ended,
 or is already being stopped, is left alone: the stop is not accepted, and
 rein stop says so (exit 0). Without --session the run is looked for among your
-sessions. A run id rein stop cannot find exits 1.`
+sessions. A run id rein stop cannot find exits 1.
+
+With --client-id, stops the run of the session's message sent with that
+client id instead — also one that has not arrived yet: the stop is then
+remembered for 24 hours, and that message's run is created already ended.`
 
 func cmdStop(ctx context.Context, args []string, std stdio) error {
 	fs := newFlagSet(std, "stop", stopSynopsis, stopAbout)
@@ -24,8 +28,22 @@ func cmdStop(ctx context.Context, args []string, std stdio) error {
 	r := addRemote(fs)
 	session := fs.String("session", "", "the `SESSION` the run belongs to (default: look for it among your sessions)")
 	interrupt := fs.Bool("interrupt", false, "stop cooperatively: the run ends with what it has, instead of being cancelled")
+	clientID := fs.String("client-id", "", "stop the run of the message sent with this client `ID` (needs --session), even before it arrives")
 	if err := fs.parse(args, std.lookupEnv); err != nil {
 		return err
+	}
+	mode := rein.StopCancel
+	if *interrupt {
+		mode = rein.StopInterrupt
+	}
+	if *clientID != "" {
+		switch {
+		case len(fs.args) > 0:
+			return usagef("give a run id or --client-id, not both")
+		case *session == "":
+			return usagef("--client-id needs --session: a client id names a message of one session")
+		}
+		return stopByClientID(ctx, r, std, *session, *clientID, mode)
 	}
 	switch {
 	case len(fs.args) == 0:
@@ -40,10 +58,6 @@ func cmdStop(ctx context.Context, args []string, std stdio) error {
 	sid, err := findRun(ctx, r, *session, runID)
 	if err != nil {
 		return err
-	}
-	mode := rein.StopCancel
-	if *interrupt {
-		mode = rein.StopInterrupt
 	}
 	res, err := r.c.StopRun(ctx, sid, runID, mode)
 	if err != nil {
@@ -62,6 +76,26 @@ func cmdStop(ctx context.Context, args []string, std stdio) error {
 		}
 	}
 	fmt.Fprintf(std.out, "stop of run %s not accepted: %s\n", runID, why)
+	return nil
+}
+
+// stopByClientID is rein stop --client-id.
+func stopByClientID(ctx context.Context, r *remote, std stdio, session, clientID string, mode rein.StopMode) error {
+	if err := r.connect(); err != nil {
+		return err
+	}
+	res, err := r.c.StopByClientID(ctx, session, clientID, mode)
+	if err != nil {
+		return r.fail(err, session)
+	}
+	switch {
+	case res.Accepted && res.RunID == "":
+		fmt.Fprintf(std.out, "no message with client id %s has arrived yet: the stop is remembered for 24 hours, and its run will end CANCELLED as it arrives\n", clientID)
+	case res.Accepted:
+		fmt.Fprintf(std.out, "stop of run %s (client id %s) accepted (%s)\n", res.RunID, clientID, mode)
+	default:
+		fmt.Fprintf(std.out, "stop of run %s (client id %s) not accepted: it had already ended, or is already being stopped\n", res.RunID, clientID)
+	}
 	return nil
 }
 

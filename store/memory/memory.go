@@ -70,8 +70,10 @@ type session struct {
 	// while someone waits: an append nobody waits for makes no channel.
 	wake chan struct{}
 
-	runs          map[string]*store.RunRecord
-	runsByClient  map[string]string // client id → run id
+	runs         map[string]*store.RunRecord
+	runsByClient map[string]string // client id → run id
+	// stops are the remembered stops by client id (nil until the first).
+	stops         map[string]*store.RememberedStop
 	supplements   map[string]*store.Supplement
 	supplementIDs []string // push order
 	confirmations map[string]*store.Confirmation

@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"slices"
 	"strings"
+	"time"
 
 	"github.com/reinhq/rein"
 	"github.com/reinhq/rein/store"
@@ -263,4 +264,64 @@ func (t *tx) setTitle(title string) {
 	old := rec.Title
 	t.onUndo(func() { rec.Title = old })
 	rec.Title = &title
+}
+
+// RememberStop implements store.Tx.
+func (t *tx) RememberStop(st *store.RememberedStop) error {
+	if err := t.check(); err != nil {
+		return err
+	}
+	if err := t.mine(st.Owner, st.SessionID, "remembered stop"); err != nil {
+		return err
+	}
+	if st.ClientID == "" {
+		return rein.InvalidArgument("client_id", "a remembered stop needs a client id")
+	}
+	ss := t.ss
+	if ss.stops == nil {
+		ss.stops = map[string]*store.RememberedStop{}
+	}
+	rec := *st
+	rec.CreatedAt = norm(rec.CreatedAt)
+	if rec.CreatedAt.IsZero() {
+		rec.CreatedAt = t.now
+	}
+	old, had := ss.stops[st.ClientID]
+	t.onUndo(func() {
+		if had {
+			ss.stops[st.ClientID] = old
+		} else {
+			delete(ss.stops, st.ClientID)
+		}
+	})
+	ss.stops[st.ClientID] = &rec
+	return nil
+}
+
+// RememberedStop implements store.Tx.
+func (t *tx) RememberedStop(clientID string) (*store.RememberedStop, error) {
+	if err := t.check(); err != nil {
+		return nil, err
+	}
+	st := t.ss.stops[clientID]
+	if st == nil {
+		return nil, nil
+	}
+	cp := *st
+	return &cp, nil
+}
+
+// ForgetStops implements store.Tx.
+func (t *tx) ForgetStops(clientID string, before time.Time) error {
+	if err := t.check(); err != nil {
+		return err
+	}
+	ss := t.ss
+	for id, st := range ss.stops {
+		if id == clientID || st.CreatedAt.Before(before) {
+			t.onUndo(func() { ss.stops[id] = st })
+			delete(ss.stops, id)
+		}
+	}
+	return nil
 }

@@ -80,6 +80,8 @@ type updateTx struct {
 	events  []rein.Event // held back for the commit, seqs assigned
 	title   *string      // a default title held back for the commit
 	history []string     // held back for the commit, encoded
+	// stopRead is the remembered stop read with the last GetRunByClientID.
+	stopRead *stopRead
 	// system is the override SetSystem holds back for the commit, when
 	// systemSet: the session row is locked, so the update cannot be
 	// refused.
@@ -361,7 +363,11 @@ func (u *updateTx) GetRun(runID string) (*store.RunRecord, error) {
 	return getRun(u, getRunSQL, u.key, runID)
 }
 
-// GetRunByClientID returns the session's run with that client id.
+// GetRunByClientID returns the session's run with that client id. The
+// session's remembered stop for the client id is read in the same round
+// trip and kept for RememberedStop, which an admission asks next: a
+// message with a client id costs one round trip for both reads, and one
+// without asks neither.
 func (u *updateTx) GetRunByClientID(clientID string) (*store.RunRecord, error) {
 	if err := u.usable(); err != nil {
 		return nil, err
@@ -369,7 +375,104 @@ func (u *updateTx) GetRunByClientID(clientID string) (*store.RunRecord, error) {
 	if clientID == "" {
 		return nil, errRunNotFound
 	}
-	return getRun(u, getRunByClientSQL, u.key, clientID)
+	var (
+		r     *store.RunRecord
+		found bool
+		stop  *store.RememberedStop
+	)
+	b := &pgx.Batch{}
+	queryRow(b, scanRun, &r, &found, getRunByClientSQL, u.key.Owner, u.key.ID, clientID)
+	queryRow(b, scanStop, &stop, nil, getStopSQL, u.key.Owner, u.key.ID, clientID)
+	if err := u.send("get run", b); err != nil {
+		return nil, err
+	}
+	u.stopRead = &stopRead{clientID: clientID, stop: stop}
+	if !found {
+		return nil, errRunNotFound
+	}
+	return r, nil
+}
+
+// stopRead is a remembered stop read with a client id's run.
+type stopRead struct {
+	clientID string
+	stop     *store.RememberedStop // nil: none
+}
+
+const getStopSQL = `SELECT owner, session_id, client_id, mode, created_at FROM stops
+	WHERE owner = $1 AND session_id = $2 AND client_id = $3`
+
+func scanStop(row pgx.Row) (*store.RememberedStop, error) {
+	var st store.RememberedStop
+	if err := row.Scan(&st.Owner, &st.SessionID, &st.ClientID, &st.Mode, &st.CreatedAt); err != nil {
+		return nil, err
+	}
+	st.CreatedAt = st.CreatedAt.UTC()
+	return &st, nil
+}
+
+// RememberedStop returns the session's remembered stop for clientID: the
+// one read with GetRunByClientID when it asked for the same client id
+// (and nothing was written to the stops since), else one read now.
+func (u *updateTx) RememberedStop(clientID string) (*store.RememberedStop, error) {
+	if err := u.usable(); err != nil {
+		return nil, err
+	}
+	if r := u.stopRead; r != nil && r.clientID == clientID {
+		if r.stop == nil {
+			return nil, nil
+		}
+		cp := *r.stop
+		return &cp, nil
+	}
+	var stop *store.RememberedStop
+	b := &pgx.Batch{}
+	queryRow(b, scanStop, &stop, nil, getStopSQL, u.key.Owner, u.key.ID, clientID)
+	if err := u.send("get remembered stop", b); err != nil {
+		return nil, err
+	}
+	return stop, nil
+}
+
+// RememberStop stores a remembered stop, replacing the client id's.
+func (u *updateTx) RememberStop(st *store.RememberedStop) error {
+	if err := u.usable(); err != nil {
+		return err
+	}
+	if err := u.sameSession(st.Owner, st.SessionID, "remembered stop"); err != nil {
+		return err
+	}
+	if st.ClientID == "" {
+		return rein.InvalidArgument("client_id", "a remembered stop needs a client id")
+	}
+	at := st.CreatedAt
+	if at.IsZero() {
+		at = u.now
+	}
+	u.stopRead = nil
+	b := &pgx.Batch{}
+	b.Queue(`INSERT INTO stops (owner, session_id, client_id, mode, created_at) VALUES ($1, $2, $3, $4, $5)
+		ON CONFLICT (owner, session_id, client_id) DO UPDATE SET mode = excluded.mode, created_at = excluded.created_at`,
+		u.key.Owner, u.key.ID, st.ClientID, st.Mode, dbTime(at))
+	return u.send("remember stop", b)
+}
+
+// ForgetStops deletes the client id's remembered stop and those
+// remembered before before.
+func (u *updateTx) ForgetStops(clientID string, before time.Time) error {
+	if err := u.usable(); err != nil {
+		return err
+	}
+	u.stopRead = nil
+	var t *time.Time
+	if !before.IsZero() {
+		b := dbTime(before)
+		t = &b
+	}
+	b := &pgx.Batch{}
+	b.Queue(`DELETE FROM stops WHERE owner = $1 AND session_id = $2 AND (client_id = $3 OR created_at < $4)`,
+		u.key.Owner, u.key.ID, clientID, t)
+	return u.send("forget stops", b)
 }
 
 // CreateRun stores r inside the transaction.

@@ -418,3 +418,55 @@ func (t *sqlTx) SetDefaultTitle(title string) error {
 	}
 	return nil
 }
+
+// RememberStop implements store.Tx.
+func (t *sqlTx) RememberStop(st *store.RememberedStop) error {
+	if err := t.begin(); err != nil {
+		return err
+	}
+	if err := t.mine(st.Owner, st.SessionID, "remembered stop"); err != nil {
+		return err
+	}
+	if st.ClientID == "" {
+		return rein.InvalidArgument("client_id", "a remembered stop needs a client id")
+	}
+	at := norm(st.CreatedAt)
+	if at.IsZero() {
+		at = t.w.now
+	}
+	_, err := t.w.exec(`INSERT INTO stops (session_pk, client_id, mode, created_at) VALUES (?, ?, ?, ?)
+		ON CONFLICT (session_pk, client_id) DO UPDATE SET mode = excluded.mode, created_at = excluded.created_at`,
+		t.si.pk, st.ClientID, st.Mode, at.UnixMicro())
+	return t.end("remembering a stop", err)
+}
+
+// RememberedStop implements store.Tx: one read by primary key.
+func (t *sqlTx) RememberedStop(clientID string) (*store.RememberedStop, error) {
+	if err := t.begin(); err != nil {
+		return nil, err
+	}
+	st := store.RememberedStop{Owner: t.key.Owner, SessionID: t.key.ID, ClientID: clientID}
+	var at sql.NullInt64
+	err := t.w.queryRow(`SELECT mode, created_at FROM stops WHERE session_pk = ? AND client_id = ?`, t.si.pk, clientID).Scan(&st.Mode, &at)
+	if errors.Is(err, sql.ErrNoRows) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, t.end("reading a remembered stop", err)
+	}
+	st.CreatedAt = fromMicros(at)
+	return &st, nil
+}
+
+// ForgetStops implements store.Tx.
+func (t *sqlTx) ForgetStops(clientID string, before time.Time) error {
+	if err := t.begin(); err != nil {
+		return err
+	}
+	var cut sql.NullInt64
+	if !before.IsZero() {
+		cut = sql.NullInt64{Int64: norm(before).UnixMicro(), Valid: true}
+	}
+	_, err := t.w.exec(`DELETE FROM stops WHERE session_pk = ? AND (client_id = ? OR created_at < ?)`, t.si.pk, clientID, cut)
+	return t.end("forgetting stops", err)
+}

@@ -102,8 +102,10 @@ func fill(tb testing.TB, s store.Store, key rein.SessionKey) {
 		if err := tx.CreateConfirmation(confirmation(key, queued, "call_pending")); err != nil {
 			return err
 		}
-		_, err := tx.AcquireLease("inst-a", queued, time.Hour)
-		return err
+		if _, err := tx.AcquireLease("inst-a", queued, time.Hour); err != nil {
+			return err
+		}
+		return tx.RememberStop(&store.RememberedStop{Owner: key.Owner, SessionID: key.ID, ClientID: "c-early", Mode: "cancel"})
 	}), "Update filling the session")
 }
 

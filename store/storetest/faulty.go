@@ -115,6 +115,23 @@ func (f *Faulty) CreateSession(ctx context.Context, s *store.Session) error {
 	return f.write(func() error { return f.Store.CreateSession(ctx, s) })
 }
 
+// CreateSessionOnce implements store.Sessions.
+func (f *Faulty) CreateSessionOnce(ctx context.Context, s *store.Session) (*store.Session, bool, error) {
+	var (
+		out     *store.Session
+		created bool
+	)
+	err := f.write(func() error {
+		var err error
+		out, created, err = f.Store.CreateSessionOnce(ctx, s)
+		return err
+	})
+	if err != nil {
+		return nil, false, err
+	}
+	return out, created, nil
+}
+
 // AppendEvents implements store.EventLog.
 func (f *Faulty) AppendEvents(ctx context.Context, key rein.SessionKey, fence store.Fence, evs []rein.Event) ([]rein.Event, error) {
 	var out []rein.Event
