@@ -6,6 +6,7 @@ import (
 
 	"github.com/reinhq/rein"
 	"github.com/reinhq/rein/protocol"
+	"github.com/reinhq/rein/protocol/agui"
 	"github.com/reinhq/rein/protocol/anthropic"
 	"github.com/reinhq/rein/sessions"
 )
@@ -20,6 +21,9 @@ var protocols = []struct {
 }{
 	{"anthropic", func(svc *sessions.Service, log *slog.Logger) protocol.Mount {
 		return anthropic.Mount(svc, anthropic.Options{Logger: log})
+	}},
+	{"ag-ui", func(svc *sessions.Service, log *slog.Logger) protocol.Mount {
+		return agui.Mount(svc, agui.Options{Logger: log})
 	}},
 }
 
