@@ -59,7 +59,9 @@ func newRenderer(thread, only, name string) *renderer {
 	return &renderer{thread: thread, only: only, name: name}
 }
 
-func (rd *renderer) emit(data map[string]any) { rd.out = append(rd.out, frame{seq: rd.seq, data: data}) }
+func (rd *renderer) emit(data map[string]any) {
+	rd.out = append(rd.out, frame{seq: rd.seq, data: data})
+}
 
 func (rd *renderer) runName(id string) string {
 	if rd.only != "" {
