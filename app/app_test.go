@@ -192,16 +192,18 @@ func TestProtocols(t *testing.T) {
 			t.Fatal(err)
 		}
 		hs := httptest.NewServer(rt.Handler())
-		resp, err := http.Get(hs.URL + "/v1/sessions")
-		if err != nil {
-			t.Fatal(err)
+		for _, path := range []string{"/v1/sessions", "/a2a/default/.well-known/agent-card.json", "/.well-known/agent-card.json"} {
+			resp, err := http.Get(hs.URL + path)
+			if err != nil {
+				t.Fatal(err)
+			}
+			resp.Body.Close()
+			if resp.StatusCode != c.want {
+				t.Errorf("Protocols %v: GET %s answered %d, want %d", c.protocols, path, resp.StatusCode, c.want)
+			}
 		}
-		resp.Body.Close()
 		rt.Close()
 		hs.Close()
-		if resp.StatusCode != c.want {
-			t.Errorf("Protocols %v: GET /v1/sessions answered %d, want %d", c.protocols, resp.StatusCode, c.want)
-		}
 	}
 }
 

@@ -6,6 +6,7 @@ import (
 
 	"github.com/reinhq/rein"
 	"github.com/reinhq/rein/protocol"
+	"github.com/reinhq/rein/protocol/a2a"
 	"github.com/reinhq/rein/protocol/agui"
 	"github.com/reinhq/rein/protocol/anthropic"
 	"github.com/reinhq/rein/sessions"
@@ -16,14 +17,17 @@ import (
 // Options.Protocols and `rein serve --protocols`, and how its adapter is
 // made over the service.
 var protocols = []struct {
-	name  string
-	mount func(*sessions.Service, *slog.Logger) protocol.Mount
+	name   string
+	mounts func(*sessions.Service, *slog.Logger) []protocol.Mount
 }{
-	{"anthropic", func(svc *sessions.Service, log *slog.Logger) protocol.Mount {
-		return anthropic.Mount(svc, anthropic.Options{Logger: log})
+	{"anthropic", func(svc *sessions.Service, log *slog.Logger) []protocol.Mount {
+		return []protocol.Mount{anthropic.Mount(svc, anthropic.Options{Logger: log})}
 	}},
-	{"ag-ui", func(svc *sessions.Service, log *slog.Logger) protocol.Mount {
-		return agui.Mount(svc, agui.Options{Logger: log})
+	{"a2a", func(svc *sessions.Service, log *slog.Logger) []protocol.Mount {
+		return a2a.Mounts(a2a.Options{Service: svc, Logger: log})
+	}},
+	{"ag-ui", func(svc *sessions.Service, log *slog.Logger) []protocol.Mount {
+		return []protocol.Mount{agui.Mount(svc, agui.Options{Logger: log})}
 	}},
 }
 
@@ -80,7 +84,7 @@ func protocolMounts(o Options, svc *sessions.Service) ([]protocol.Mount, error) 
 	for _, p := range protocols {
 		for _, n := range names {
 			if n == p.name {
-				out = append(out, p.mount(svc, o.Logger))
+				out = append(out, p.mounts(svc, o.Logger)...)
 				break
 			}
 		}

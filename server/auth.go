@@ -124,3 +124,16 @@ func (a *authenticator) owner(header string) (string, bool) {
 	}
 	return a.owners[match], true
 }
+
+// BearerAuth returns the check the server applies to an Authorization
+// header, for a handler mounted beside the server's own routes (a
+// protocol adapter): the owner of the header's bearer token, or false;
+// with no tokens every request is LocalOwner's. The same constant-time
+// comparison as the server's.
+func BearerAuth(tokens map[string]string) (func(authorization string) (owner string, ok bool), error) {
+	a, err := newAuthenticator(tokens)
+	if err != nil {
+		return nil, err
+	}
+	return a.owner, nil
+}

@@ -45,6 +45,20 @@ func v1Cases(t *testing.T, m *matrix, a aliceIDs, sessions []struct{ kind, id st
 				m.pair("/v1 GET a "+ss.kind, ss.id, func(x, _ string) request { return request{method: "GET", path: "/v1/sessions/" + x} })
 			}
 		},
+		"POST /v1/sessions/{id}": func() {
+			for _, ss := range sessions {
+				for _, body := range []string{`{"title":"bob's"}`, `{"metadata":{"k":"bob","gone":null}}`, `{"title":5}`} {
+					m.pair("/v1 update "+body+" a "+ss.kind, ss.id, func(x, _ string) request {
+						return request{method: "POST", path: "/v1/sessions/" + x, body: body}
+					})
+				}
+			}
+		},
+		"POST /v1/sessions/{id}/archive": func() {
+			for _, ss := range sessions {
+				m.pair("/v1 archive a "+ss.kind, ss.id, func(x, _ string) request { return request{method: "POST", path: "/v1/sessions/" + x + "/archive"} })
+			}
+		},
 		"DELETE /v1/sessions/{id}": func() {
 			for _, ss := range sessions {
 				m.pair("/v1 DELETE a "+ss.kind, ss.id, func(x, _ string) request { return request{method: "DELETE", path: "/v1/sessions/" + x} })

@@ -20,7 +20,10 @@ import (
 //
 //	admit     run record + user.message (+ session.run_queued), or, when the
 //	          turn is free, the run claimed at once (+ lease, RUNNING, input
-//	          in the transcript, session.run_started)
+//	          in the transcript, session.run_started), or, when a stop by
+//	          its client id came first, the run created ended (+
+//	          session.run_completed, the remembered stop used up); an
+//	          untitled session titled by it
 //	claimNext the session's next run: a lost run resumed (lease taken over,
 //	          in-doubt results) or failed "instance lost", a queued run
 //	          claimed (lease, RUNNING, input, session.run_started), an
@@ -34,7 +37,9 @@ import (
 //	          released; the run stays RUNNING, its step saved)
 //	stop      user.interrupt + the durable stop request (a queued run not
 //	          held here is ended in the same write); of a run held here,
-//	          the user.interrupt alone (logStops), or within its end
+//	          the user.interrupt alone (logStops), or within its end; by a
+//	          client id no message has brought yet, the remembered stop +
+//	          user.interrupt (Service.interruptByClientID)
 //	end       the user.interrupt of its stops still owed to the log + the
 //	          closing messages and events + terminal record + closed
 //	          confirmations + session.run_completed + lease release

@@ -6,6 +6,8 @@ import (
 	"encoding/json"
 	"io"
 	"net/http"
+	"slices"
+	"strconv"
 	"strings"
 	"testing"
 
@@ -94,18 +96,20 @@ func TestBadInput(t *testing.T) {
 	id := newSession(t, srv)
 	msg := `{"type":"user.message","content":[{"type":"text","text":"hi"}]}`
 	cases := map[string]struct{ body, param string }{
-		"not JSON":          {`{"events":`, ""},
-		"no events":         {`{}`, "events"},
-		"empty events":      {`{"events":[]}`, "events"},
-		"no type":           {`{"events":[{}]}`, "events[0].type"},
-		"unknown type":      {`{"events":[` + msg + `,{"type":"user.define_outcome"}]}`, "events[1].type"},
-		"image block":       {`{"events":[{"type":"user.message","content":[{"type":"image"}]}]}`, "events[0].content[0].type"},
-		"no content":        {`{"events":[{"type":"user.message"}]}`, "events[0].content"},
-		"bad when_busy":     {`{"events":[` + msg[:len(msg)-1] + `,"when_busy":"later"}]}`, "events[0].when_busy"},
-		"empty run_id":      {`{"events":[` + msg + `,{"type":"user.interrupt","run_id":""}]}`, "events[1].run_id"},
-		"bad mode":          {`{"events":[{"type":"user.interrupt","mode":"now"}]}`, "events[0].mode"},
-		"stop by client_id": {`{"events":[{"type":"user.interrupt","client_id":"c1"}]}`, "events[0].client_id"},
-		"no result":         {`{"events":[{"type":"user.tool_confirmation","tool_use_id":"x"}]}`, "events[0].result"},
+		"not JSON":        {`{"events":`, ""},
+		"no events":       {`{}`, "events"},
+		"empty events":    {`{"events":[]}`, "events"},
+		"no type":         {`{"events":[{}]}`, "events[0].type"},
+		"unknown type":    {`{"events":[` + msg + `,{"type":"user.define_outcome"}]}`, "events[1].type"},
+		"image block":     {`{"events":[{"type":"user.message","content":[{"type":"image"}]}]}`, "events[0].content[0].type"},
+		"no content":      {`{"events":[{"type":"user.message"}]}`, "events[0].content"},
+		"bad when_busy":   {`{"events":[` + msg[:len(msg)-1] + `,"when_busy":"later"}]}`, "events[0].when_busy"},
+		"empty run_id":    {`{"events":[` + msg + `,{"type":"user.interrupt","run_id":""}]}`, "events[1].run_id"},
+		"bad mode":        {`{"events":[{"type":"user.interrupt","mode":"now"}]}`, "events[0].mode"},
+		"empty client_id": {`{"events":[{"type":"user.interrupt","client_id":""}]}`, "events[0].client_id"},
+		"run_id and client_id": {`{"events":[{"type":"user.interrupt","run_id":"run_1","client_id":"c1"}]}`,
+			"events[0].client_id"},
+		"no result": {`{"events":[{"type":"user.tool_confirmation","tool_use_id":"x"}]}`, "events[0].result"},
 		"allow with deny_message": {`{"events":[{"type":"user.tool_confirmation","tool_use_id":"x","result":"allow","deny_message":"no"}]}`,
 			"events[0].deny_message"},
 		"empty note": {`{"events":[{"type":"user.supplement","text":""}]}`, "events[0].text"},
@@ -139,6 +143,46 @@ func TestBadInput(t *testing.T) {
 	list, err := srv.Service.ListSessions(context.Background(), "alice")
 	if err != nil || len(list) != 1 {
 		t.Fatalf("refused creates made sessions: %d (%v)", len(list), err)
+	}
+}
+
+// TestStopByClientIDFirst: a user.interrupt naming a client_id whose
+// message has not arrived is remembered; the message sent with that
+// client_id afterwards starts a run that is already ended (CANCELLED,
+// never started), and the stop's event names no run.
+func TestStopByClientIDFirst(t *testing.T) {
+	srv := newServer(t)
+	id := newSession(t, srv)
+	status, _, body := call(t, srv, "POST", "/v1/sessions/"+id+"/events", alice(),
+		`{"events":[{"type":"user.interrupt","client_id":"msg-1","mode":"cancel"}]}`)
+	if status != 200 {
+		t.Fatalf("stop by client_id: %d %v", status, body)
+	}
+	status, _, body = call(t, srv, "POST", "/v1/sessions/"+id+"/events", alice(),
+		`{"events":[{"type":"user.message","client_id":"msg-1","content":[{"type":"text","text":"never run"}]}]}`)
+	if status != 200 {
+		t.Fatalf("the message: %d %v", status, body)
+	}
+	key := rein.SessionKey{Owner: "alice", ID: id}
+	evs, _, err := srv.Service.ReadEvents(context.Background(), key, 0, 100)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var types []rein.EventType
+	for _, e := range evs {
+		types = append(types, e.Type)
+	}
+	want := []rein.EventType{rein.EventUserInterrupt, rein.EventUserMessage, rein.EventRunCompleted}
+	if !slices.Equal(types, want) {
+		t.Fatalf("log %v, want %v", types, want)
+	}
+	var stop rein.UserInterruptPayload
+	if err := evs[0].DecodePayload(&stop); err != nil || !stop.Accepted || stop.RunID != nil {
+		t.Fatalf("user.interrupt %s: want accepted with no run yet", evs[0].Payload)
+	}
+	var end rein.RunCompletedPayload
+	if err := evs[2].DecodePayload(&end); err != nil || end.Status != rein.StatusCancelled || end.RunID != evs[1].RunID {
+		t.Fatalf("session.run_completed %s: want the message's run CANCELLED", evs[2].Payload)
 	}
 }
 
@@ -318,5 +362,105 @@ func TestEventPagesDescending(t *testing.T) {
 		if asc[i] != desc[len(desc)-1-i] {
 			t.Fatalf("asc %q\ndesc %q", asc, desc)
 		}
+	}
+}
+
+// TestStreamLastEventIDAndTypes: a stream resumes after its Last-Event-ID
+// header (the seq of its id: lines), and events.list keeps only the types
+// asked for.
+func TestStreamLastEventIDAndTypes(t *testing.T) {
+	srv := newServer(t)
+	id := newSession(t, srv)
+	key := rein.SessionKey{Owner: "alice", ID: id}
+	res, err := srv.Service.SendMessage(context.Background(), key, sessions.MessageRequest{Text: "hello"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := res.Wait(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	_, _, body := call(t, srv, "GET", "/v1/sessions/"+id+"/events?types[]=agent.message&types[]=session.status_idle", alice(), "")
+	data := body["data"].([]any)
+	if len(data) != 2 || data[0].(map[string]any)["type"] != "agent.message" || data[1].(map[string]any)["type"] != "session.status_idle" {
+		t.Fatalf("types filter: %v", body)
+	}
+	msg := data[0].(map[string]any)
+	// Resumed after the reply's seq: what the run's end renders (the
+	// span's end shares the reply's seq, so it is not repeated).
+	req, err := http.NewRequest("GET", srv.URL+"/v1/sessions/"+id+"/events/stream", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	req.Header.Set("Authorization", "Bearer tok-alice")
+	req.Header.Set("Last-Event-ID", strconv.FormatInt(int64(msg["seq"].(float64)), 10))
+	resp, err := srv.HTTP.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	var types []string
+	sc := bufio.NewScanner(resp.Body)
+	for sc.Scan() {
+		if typ, ok := strings.CutPrefix(sc.Text(), "event: "); ok {
+			types = append(types, typ)
+			if typ == "session.status_idle" {
+				break
+			}
+		}
+	}
+	if strings.Join(types, " ") != "session.status_idle" {
+		t.Fatalf("resumed after the reply: %q", types)
+	}
+	status, _, body := call(t, srv, "GET", "/v1/sessions/"+id+"/events/stream", alice("Last-Event-ID", "x"), "")
+	if e := errorOf(t, status, 400, body); e["param"] != "Last-Event-ID" {
+		t.Fatalf("bad Last-Event-ID: %v", body)
+	}
+}
+
+// TestSessionPages: sessions.list pages the owner's root sessions newest
+// first (oldest first with order=asc) by position, archived ones left out
+// unless asked for, every session once.
+func TestSessionPages(t *testing.T) {
+	srv := newServer(t)
+	var made []string
+	for range 7 {
+		made = append(made, newSession(t, srv))
+	}
+	if status, _, body := call(t, srv, "POST", "/v1/sessions/"+made[3]+"/archive", alice(), ""); status != 200 {
+		t.Fatalf("archive: %d %v", status, body)
+	}
+	read := func(query string) []string {
+		var ids []string
+		page := ""
+		for range 20 {
+			status, _, body := call(t, srv, "GET", "/v1/sessions?limit=2"+query+page, alice(), "")
+			if status != 200 {
+				t.Fatalf("list: %d %v", status, body)
+			}
+			for _, s := range body["data"].([]any) {
+				ids = append(ids, s.(map[string]any)["id"].(string))
+			}
+			next, _ := body["next_page"].(string)
+			if next == "" {
+				return ids
+			}
+			page = "&page=" + next
+		}
+		t.Fatal("paging does not end")
+		return nil
+	}
+	newest := read("")
+	want := slices.Clone(made)
+	slices.Reverse(want)
+	want = slices.DeleteFunc(want, func(id string) bool { return id == made[3] })
+	if !slices.Equal(newest, want) {
+		t.Fatalf("newest first: %q, want %q", newest, want)
+	}
+	if all := read("&order=asc&include_archived=true"); !slices.Equal(all, made) {
+		t.Fatalf("oldest first with archived: %q, want %q", all, made)
+	}
+	status, _, body := call(t, srv, "GET", "/v1/sessions?page=garbage", alice(), "")
+	if e := errorOf(t, status, 400, body); e["param"] != "page" {
+		t.Fatalf("a bad page: %v", body)
 	}
 }

@@ -2,6 +2,7 @@ package anthropic_test
 
 import (
 	"context"
+	"errors"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -11,6 +12,7 @@ import (
 	sdk "github.com/anthropics/anthropic-sdk-go/v2"
 	"github.com/anthropics/anthropic-sdk-go/v2/option"
 
+	"github.com/reinhq/rein"
 	"github.com/reinhq/rein/internal/reintest"
 	"github.com/reinhq/rein/protocol"
 	"github.com/reinhq/rein/protocol/anthropic"
@@ -118,5 +120,61 @@ func TestNodeSDK(t *testing.T) {
 	}
 	if !strings.Contains(string(out), "# fail 0") || !strings.Contains(string(out), "# pass 3") {
 		t.Fatalf("node --test did not pass its 3 tests:\n%s", out)
+	}
+}
+
+// TestUpdateAndArchive: sessions.update sets the title and patches the
+// metadata (a value sets its key, null deletes it); sessions.archive marks
+// the session, which then leaves the default list and refuses messages
+// with a 409 the SDK does not retry, while a stop still reaches its run.
+func TestUpdateAndArchive(t *testing.T) {
+	srv := newServer(t)
+	c := client(srv, "tok-alice")
+	ctx := context.Background()
+	s, err := c.Beta.Sessions.New(ctx, sdk.BetaSessionNewParams{Agent: sdk.BetaSessionNewParamsAgentUnion{OfString: sdk.String("default")},
+		Title: sdk.String("first"), Metadata: map[string]string{"k": "v", "x": "y"}, EnvironmentID: "env"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	u, err := c.Beta.Sessions.Update(ctx, s.ID, sdk.BetaSessionUpdateParams{Title: sdk.String("second")},
+		option.WithJSONSet("metadata", map[string]any{"k": "v2", "x": nil, "n": "new"}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if u.Title != "second" || len(u.Metadata) != 2 || u.Metadata["k"] != "v2" || u.Metadata["n"] != "new" || u.EnvironmentID != "env" {
+		t.Fatalf("updated: %s", u.RawJSON())
+	}
+	a, err := c.Beta.Sessions.Archive(ctx, s.ID, sdk.BetaSessionArchiveParams{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if a.ArchivedAt.IsZero() || a.Title != "second" {
+		t.Fatalf("archived: %s", a.RawJSON())
+	}
+	again, err := c.Beta.Sessions.Archive(ctx, s.ID, sdk.BetaSessionArchiveParams{})
+	if err != nil || !again.ArchivedAt.Equal(a.ArchivedAt) {
+		t.Fatalf("archived again: %v %v", again, err)
+	}
+	list, err := c.Beta.Sessions.List(ctx, sdk.BetaSessionListParams{})
+	if err != nil || len(list.Data) != 0 {
+		t.Fatalf("the default list shows an archived session: %v %v", list, err)
+	}
+	list, err = c.Beta.Sessions.List(ctx, sdk.BetaSessionListParams{IncludeArchived: sdk.Bool(true)})
+	if err != nil || len(list.Data) != 1 {
+		t.Fatalf("include_archived: %v %v", list, err)
+	}
+	_, err = c.Beta.Sessions.Events.Send(ctx, s.ID, sdk.BetaSessionEventSendParams{Events: []sdk.BetaManagedAgentsEventParamsUnion{{
+		OfUserMessage: &sdk.BetaManagedAgentsUserMessageEventParams{Content: textParam("hello")}}}})
+	var e *sdk.Error
+	if !errors.As(err, &e) || e.StatusCode != 409 || e.Response.Header.Get("x-should-retry") != "false" {
+		t.Fatalf("a message to an archived session: %v", err)
+	}
+	if _, err := c.Beta.Sessions.Events.Send(ctx, s.ID, sdk.BetaSessionEventSendParams{Events: []sdk.BetaManagedAgentsEventParamsUnion{{
+		OfUserInterrupt: &sdk.BetaManagedAgentsUserInterruptEventParams{}}}}); err != nil {
+		t.Fatalf("a stop in an archived session: %v", err)
+	}
+	evs, _, err := srv.Service.ReadEvents(ctx, rein.SessionKey{Owner: "alice", ID: s.ID}, 0, 10)
+	if err != nil || len(evs) != 1 || evs[0].Type != rein.EventUserInterrupt {
+		t.Fatalf("the archived session's log: %v %v", evs, err)
 	}
 }

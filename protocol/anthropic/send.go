@@ -254,8 +254,18 @@ func decodeEvent(f fields) (command, error) {
 			}
 			c.interrupt.RunID = &id
 		}
-		if _, ok := f.m["client_id"]; ok {
-			return c, badRequest(f.param("client_id"), "a stop by client_id is not supported by this server yet; name the run with run_id")
+		// client_id names the run of the user.message sent with it — or to
+		// be sent with it: a stop that overtakes its message is
+		// remembered, and the message's run never starts.
+		if raw, ok := f.m["client_id"]; ok {
+			var cid string
+			if kind(raw) != '"' || json.Unmarshal(raw, &cid) != nil || cid == "" {
+				return c, badRequest(f.param("client_id"), "client_id, when present, must be a non-empty string")
+			}
+			if c.interrupt.RunID != nil {
+				return c, badRequest(f.param("client_id"), "name the run with run_id or client_id, not both")
+			}
+			c.interrupt.ClientID = cid
 		}
 		mode, err := f.enum("mode", string(rein.StopInterrupt), string(rein.StopCancel))
 		if err != nil {

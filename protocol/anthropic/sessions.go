@@ -29,7 +29,6 @@ const metaKey = "_anthropic"
 type protoMeta struct {
 	EnvironmentID string `json:"environment_id,omitempty"`
 	ArchivedAt    string `json:"archived_at,omitempty"`
-	Title         string `json:"title,omitempty"`
 }
 
 // Page sizes of sessions.list and events.list.
@@ -217,10 +216,7 @@ func (h *Handler) decodeCreate(f map[string]json.RawMessage) (sessions.CreateSes
 	if title, err := p.str("title", false); err != nil {
 		return req, nil, err
 	} else if title != nil {
-		if len([]rune(*title)) > maxTitle {
-			return req, nil, badRequest("title", "title must be at most %d characters", maxTitle)
-		}
-		pm.Title = *title
+		req.Title = title
 	}
 	for _, unsupported := range []string{"budget", "resources", "vault_ids"} {
 		if raw, ok := p.present(unsupported); ok && !emptyJSON(raw) {
@@ -333,6 +329,10 @@ func (h *Handler) listSessions(w http.ResponseWriter, r *http.Request) {
 	}
 	q := r.URL.Query()
 	withArchived := q.Get("include_archived") == "true"
+	if ord == "desc" {
+		h.listSessionsNewest(w, r, limit, withArchived, q.Get("page"))
+		return
+	}
 	var after *sessionCursor
 	if page := q.Get("page"); page != "" {
 		after = &sessionCursor{}
@@ -397,6 +397,39 @@ func (h *Handler) listSessions(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, http.StatusOK, map[string]any{"data": out, "next_page": nextPage, "prev_page": nil})
 }
 
+// listSessionsNewest is sessions.list newest first: the service's own pages
+// (one store query each, the state of every session included), asked for
+// as many sessions as the page still lacks, so the service's cursor after
+// the last one read is the next page's.
+func (h *Handler) listSessionsNewest(w http.ResponseWriter, r *http.Request, limit int, withArchived bool, page string) {
+	out := []sessionJSON{}
+	after := page
+	for len(out) < limit {
+		p, err := h.svc.ListSessionPage(r.Context(), owner(r), sessions.SessionPageRequest{Limit: limit - len(out), After: after})
+		if err != nil {
+			if rein.CodeOf(err) == rein.CodeInvalidArgument {
+				err = badRequest("page", "page is not a cursor this server gave")
+			}
+			h.writeError(w, r, err)
+			return
+		}
+		for _, sum := range p.Sessions {
+			if sum.Session.ParentID != "" || (archived(sum.Session) && !withArchived) {
+				continue
+			}
+			out = append(out, toSessionJSON(sum.Session, sum.Busy))
+		}
+		if after = p.Next; after == "" {
+			break
+		}
+	}
+	var next *string
+	if after != "" {
+		next = &after
+	}
+	writeJSON(w, http.StatusOK, map[string]any{"data": out, "next_page": next, "prev_page": nil})
+}
+
 // archived reports whether the session was archived through this API.
 func archived(s *store.Session) bool {
 	_, pm := splitMeta(s.Metadata)
@@ -408,17 +441,112 @@ func refuseArchived(id string) error {
 	return rein.Errorf(rein.CodeConflict, "session %s is archived: it takes no new messages", id)
 }
 
-// maxTitle bounds a session's title, as the native API does.
-const maxTitle = 200
-
-// sessionTitle is the title the session was created with.
+// sessionTitle is the session's title ("" until it has one).
 func sessionTitle(s *store.Session) string {
-	_, pm := splitMeta(s.Metadata)
-	return pm.Title
+	if s.Title == nil {
+		return ""
+	}
+	return *s.Title
 }
 
 // ctxOK is a context for work that must not be cut short by the client
 // leaving mid-request (a batch once validated is applied whole).
 func ctxOK(r *http.Request) (context.Context, context.CancelFunc) {
 	return context.WithTimeout(context.WithoutCancel(r.Context()), 30*time.Second)
+}
+
+// updateSession is sessions.update: a new title, and a metadata patch (a
+// string value sets its key, null deletes it, an absent key stays). The
+// patch is applied to the metadata as read, and written in one update.
+func (h *Handler) updateSession(w http.ResponseWriter, r *http.Request) {
+	key := sessionKey(r)
+	fields, err := readJSONObject(w, r)
+	if err != nil {
+		h.writeError(w, r, err)
+		return
+	}
+	p := fieldsOf("", fields)
+	var req sessions.UpdateSessionRequest
+	if req.Title, err = p.str("title", false); err != nil {
+		h.writeError(w, r, err)
+		return
+	}
+	var patch map[string]*string
+	if raw, ok := p.present("metadata"); ok {
+		if kind(raw) != '{' || json.Unmarshal(raw, &patch) != nil {
+			h.writeError(w, r, badRequest("metadata", "metadata must be an object of string (set) or null (delete) values"))
+			return
+		}
+		if _, ok := patch[metaKey]; ok {
+			h.writeError(w, r, badRequest("metadata."+metaKey, "the metadata key %s is the server's own", metaKey))
+			return
+		}
+	}
+	for _, unsupported := range []string{"agent", "budget"} {
+		if _, ok := p.present(unsupported); ok {
+			h.writeError(w, r, badRequest(unsupported, "%s cannot be updated on this server (see docs/protocols.md)", unsupported))
+			return
+		}
+	}
+	ctx, cancel := ctxOK(r)
+	defer cancel()
+	if patch != nil {
+		sess, err := h.svc.Session(ctx, key)
+		if err != nil {
+			h.writeError(w, r, err)
+			return
+		}
+		md, pm := splitMeta(sess.Metadata)
+		for k, v := range patch {
+			if v == nil {
+				delete(md, k)
+			} else {
+				md[k] = *v
+			}
+		}
+		if req.Metadata, err = joinMeta(md, pm); err != nil {
+			h.writeError(w, r, err)
+			return
+		}
+	}
+	info, err := h.svc.UpdateSession(ctx, key, req)
+	if err != nil {
+		h.writeError(w, r, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, toSessionJSON(info.Session, info.Busy))
+}
+
+// archiveSession is sessions.archive: the session is marked archived (in
+// its metadata, decision 0100) and takes no new messages or notes from
+// then on; its runs, log and answers to pending questions are untouched.
+// Archiving an archived session changes nothing.
+func (h *Handler) archiveSession(w http.ResponseWriter, r *http.Request) {
+	key := sessionKey(r)
+	ctx, cancel := ctxOK(r)
+	defer cancel()
+	sess, err := h.svc.Session(ctx, key)
+	if err != nil {
+		h.writeError(w, r, err)
+		return
+	}
+	md, pm := splitMeta(sess.Metadata)
+	if pm.ArchivedAt == "" {
+		pm.ArchivedAt = rein.FormatTime(time.Now())
+		raw, err := joinMeta(md, pm)
+		if err != nil {
+			h.writeError(w, r, err)
+			return
+		}
+		if _, err := h.svc.UpdateSession(ctx, key, sessions.UpdateSessionRequest{Metadata: raw}); err != nil {
+			h.writeError(w, r, err)
+			return
+		}
+	}
+	info, err := h.svc.GetSession(ctx, key)
+	if err != nil {
+		h.writeError(w, r, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, toSessionJSON(info.Session, info.Busy))
 }

@@ -1,4 +1,4 @@
--- 0006: runs found by when they ended, so that catching up on recent ends
+-- 0007: runs found by when they ended, so that catching up on recent ends
 -- after a restart (store.Runs.ListEndedSince, subagent reconciliation)
 -- reads those runs only, not every run ever stored.
 

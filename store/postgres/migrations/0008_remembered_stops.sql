@@ -1,4 +1,4 @@
--- 0007: stops by client id that came before their user.message
+-- 0008: stops by client id that came before their user.message
 -- (store.RememberedStop). Both writes that meet here — the stop that stores
 -- a row, and the admission of the message that reads it — are Updates,
 -- which lock the session row FOR UPDATE before reading anything (decision

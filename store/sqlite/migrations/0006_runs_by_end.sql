@@ -1,4 +1,4 @@
--- Rein schema version 5: runs found by when they ended, so that catching
+-- Rein schema version 6: runs found by when they ended, so that catching
 -- up on recent ends after a restart (store.Runs.ListEndedSince, subagent
 -- reconciliation) reads those runs only, not every run ever stored.
 

@@ -1,4 +1,4 @@
--- Rein schema version 6: stops by client id that came before their
+-- Rein schema version 7: stops by client id that came before their
 -- user.message (store.RememberedStop). The admission of a message with a
 -- client id reads its row by the primary key in the same write that
 -- creates the run, and a stop reads the runs' client-id index in the same
