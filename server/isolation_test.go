@@ -15,6 +15,7 @@ import (
 	"github.com/reinhq/rein/internal/id"
 	"github.com/reinhq/rein/internal/reintest"
 	"github.com/reinhq/rein/protocol"
+	"github.com/reinhq/rein/protocol/agui"
 	"github.com/reinhq/rein/protocol/anthropic"
 	"github.com/reinhq/rein/sessions"
 	"github.com/reinhq/rein/store"
@@ -76,7 +77,7 @@ func isolationStack(t *testing.T) *stack {
 		Script: "testdata/isolation.yaml",
 		Tokens: map[string]string{alice: "alice", bob: "bob"},
 		Protocols: func(svc *sessions.Service) []protocol.Mount {
-			return []protocol.Mount{anthropic.Mount(svc, anthropic.Options{})}
+			return []protocol.Mount{anthropic.Mount(svc, anthropic.Options{}), agui.Mount(svc, agui.Options{})}
 		},
 	})
 	return &stack{t: t, st: ts.Store, svc: ts.Service, srv: ts.Handler, url: ts.URL}
@@ -85,7 +86,7 @@ func isolationStack(t *testing.T) *stack {
 // protocolRoutes are the routes of the protocol adapters the isolation
 // stack mounts, as "METHOD /prefix/path" patterns.
 func protocolRoutes() []string {
-	return anthropic.New(nil, anthropic.Options{}).Routes()
+	return append(anthropic.New(nil, anthropic.Options{}).Routes(), agui.New(nil, agui.Options{}).Routes()...)
 }
 
 // setupAlice gives alice one of each kind of id, every run in a state that
@@ -590,6 +591,9 @@ func TestIsolationMatrix(t *testing.T) {
 	}
 
 	for route, run := range v1Cases(t, m, a, sessions, runsOf, calls, sups) {
+		cases[route] = run
+	}
+	for route, run := range aguiCases(t, m, a, sessions, calls) {
 		cases[route] = run
 	}
 	var routes []string
