@@ -7,6 +7,7 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"net/http"
@@ -19,6 +20,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/reinhq/rein"
 	"github.com/reinhq/rein/internal/reintest"
 	"github.com/reinhq/rein/protocol"
 	"github.com/reinhq/rein/protocol/agui"
@@ -70,7 +72,9 @@ func newID() string {
 
 func (d *driver) do(ctx context.Context, owner, method, path string, body any, hdr map[string]string) (*http.Response, error) {
 	var rd io.Reader
-	if body != nil {
+	if raw, ok := body.(string); ok {
+		rd = strings.NewReader(raw)
+	} else if body != nil {
 		b, err := json.Marshal(body)
 		if err != nil {
 			return nil, err
@@ -350,5 +354,125 @@ func TestNodeSDK(t *testing.T) {
 	}
 	if !strings.Contains(string(out), "# fail 0") || !strings.Contains(string(out), "# pass 4") {
 		t.Fatalf("node --test did not pass its 4 tests:\n%s", out)
+	}
+}
+
+// TestBadInput: a malformed RunAgentInput is an HTTP error with a
+// RUN_ERROR-shaped body naming the field, and nothing is applied (the
+// thread is not even created); an unknown agent is not found.
+func TestBadInput(t *testing.T) {
+	srv := newServer(t)
+	d := &driver{srv: srv, tokens: map[string]string{"alice": "tok-alice"}, runs: map[string]string{}}
+	ctx := context.Background()
+	user := func(content string) string { return `[{"id":"m1","role":"user","content":` + content + `}]` }
+	for _, tc := range []struct {
+		name, path, body string
+		status           int
+		code, param      string
+	}{
+		{"not json", "/ag-ui/default", `{`, 400, "invalid_argument", "body"},
+		{"no threadId", "/ag-ui/default", `{"runId":"r","messages":` + user(`"hi"`) + `}`, 400, "invalid_argument", "threadId"},
+		{"no runId", "/ag-ui/default", `{"threadId":"T","messages":` + user(`"hi"`) + `}`, 400, "invalid_argument", "runId"},
+		{"bad threadId", "/ag-ui/default", `{"threadId":"a b","runId":"r","messages":` + user(`"hi"`) + `}`, 400, "invalid_argument", "threadId"},
+		{"no messages", "/ag-ui/default", `{"threadId":"T","runId":"r","messages":[]}`, 400, "invalid_argument", "messages"},
+		{"last not user", "/ag-ui/default", `{"threadId":"T","runId":"r","messages":[{"id":"a","role":"assistant","content":"x"}]}`, 400, "invalid_argument", "messages[0].role"},
+		{"empty text", "/ag-ui/default", `{"threadId":"T","runId":"r","messages":` + user(`"  "`) + `}`, 400, "invalid_argument", "messages[0].content"},
+		{"image part", "/ag-ui/default", `{"threadId":"T","runId":"r","messages":` + user(`[{"type":"image","url":"x"}]`) + `}`, 400, "invalid_argument", "messages[0].content[0]"},
+		{"unknown agent", "/ag-ui/nobody", `{"threadId":"T","runId":"r","messages":` + user(`"hi"`) + `}`, 404, "not_found", ""},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			_, err := d.do(ctx, "alice", http.MethodPost, tc.path, tc.body, nil)
+			he, ok := err.(*httpError)
+			if !ok || he.status != tc.status {
+				t.Fatalf("answer %v, want %d", err, tc.status)
+			}
+			var body struct{ Type, Code, Param, Message string }
+			if err := json.Unmarshal([]byte(he.body), &body); err != nil || body.Type != "RUN_ERROR" || body.Code != tc.code || body.Param != tc.param || body.Message == "" {
+				t.Fatalf("body %s, want RUN_ERROR %s param %q", he.body, tc.code, tc.param)
+			}
+			if _, err := srv.Service.Session(ctx, rein.SessionKey{Owner: "alice", ID: "T"}); !errors.Is(err, rein.ErrNotFound) {
+				t.Fatalf("the thread exists after a refused request: %v", err)
+			}
+		})
+	}
+}
+
+// TestResumeBadEntryAppliesNothing: a resume[] with one entry that answers
+// no waiting call is refused whole: the good entry's call still waits.
+func TestResumeBadEntryAppliesNothing(t *testing.T) {
+	srv := newServer(t)
+	d := &driver{srv: srv, tokens: map[string]string{"alice": "tok-alice"}, runs: map[string]string{}}
+	ctx := context.Background()
+	thread, _ := d.CreateSession(ctx, "alice")
+	st, err := d.Stream(ctx, "alice", thread, "", false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	if _, err := d.Send(ctx, "alice", thread, "note the milk"); err != nil {
+		t.Fatal(err)
+	}
+	var ap protocoltest.Item
+	for ap.Kind != protocoltest.KindApproval {
+		if ap, err = st.Next(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	_, err = d.post(ctx, "alice", map[string]any{"threadId": thread, "runId": "r2", "messages": []any{},
+		"resume": []any{map[string]any{"interruptId": ap.Refs[0], "status": "resolved"}, map[string]any{"interruptId": "call_nope", "status": "resolved"}}})
+	if he, ok := err.(*httpError); !ok || he.status != 400 || !strings.Contains(he.body, `"param":"resume[1].interruptId"`) {
+		t.Fatalf("answer %v", err)
+	}
+	info, err := srv.Service.GetSession(ctx, rein.SessionKey{Owner: "alice", ID: thread})
+	if err != nil || len(info.PendingConfirmations) != 1 || info.PendingConfirmations[0].ToolUseID != ap.Refs[0] {
+		t.Fatalf("pending after a refused resume: %+v %v", info, err)
+	}
+}
+
+// TestBusyThreadQueues: a run POSTed to a busy thread is queued, and its
+// stream, opened at once with RUN_STARTED, waits for it and then shows it.
+func TestBusyThreadQueues(t *testing.T) {
+	srv := newServer(t)
+	d := &driver{srv: srv, tokens: map[string]string{"alice": "tok-alice"}, runs: map[string]string{}}
+	ctx := context.Background()
+	thread, _ := d.CreateSession(ctx, "alice")
+	first, err := d.Send(ctx, "alice", thread, "long first")
+	if err != nil {
+		t.Fatal(err)
+	}
+	res, err := d.do(ctx, "alice", http.MethodPost, "/ag-ui/default", map[string]any{"threadId": thread, "runId": "second",
+		"messages": []any{map[string]any{"id": "m2", "role": "user", "content": "queued one"}}}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer res.Body.Close()
+	st := &stream{body: res.Body, sc: bufio.NewScanner(res.Body), previews: true}
+	f, err := st.frame()
+	if err != nil || f.data["type"] != "RUN_STARTED" || f.data["runId"] != "second" {
+		t.Fatalf("first frame %v, %v", f.data, err)
+	}
+	second := f.data["metadata"].(map[string]any)["reinRunId"].(string)
+	key := rein.SessionKey{Owner: "alice", ID: thread}
+	if run, err := srv.Service.GetRun(ctx, key, second); err != nil || run.Status != rein.StatusQueued {
+		t.Fatalf("second run %+v, %v; want QUEUED", run, err)
+	}
+	if err := d.Stop(ctx, "alice", thread, first); err != nil {
+		t.Fatal(err)
+	}
+	var text string
+	for {
+		it, err := st.Next()
+		if err != nil {
+			t.Fatalf("stream ended (%v) before the run did", err)
+		}
+		if it.Kind == protocoltest.KindText {
+			text = it.Text
+		}
+		if it.Kind == protocoltest.KindIdle {
+			break
+		}
+	}
+	if text != "echo: queued one" {
+		t.Fatalf("queued run's text %q", text)
 	}
 }
