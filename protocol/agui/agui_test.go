@@ -12,13 +12,9 @@ import (
 	"io"
 	"net/http"
 	"net/url"
-	"os"
-	"os/exec"
-	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
-	"time"
 
 	"github.com/reinhq/rein"
 	"github.com/reinhq/rein/internal/reintest"
@@ -322,39 +318,10 @@ func (s *stream) Close() error { return s.body.Close() }
 // thread stream resumed by Last-Event-ID. REIN_REQUIRE_NODE makes a
 // missing node a failure (CI).
 func TestNodeSDK(t *testing.T) {
-	if testing.Short() {
-		t.Skip("installs npm packages")
-	}
-	node, err := exec.LookPath("node")
-	npm, err2 := exec.LookPath("npm")
-	if err != nil || err2 != nil {
-		if os.Getenv("REIN_REQUIRE_NODE") != "" {
-			t.Fatal("node and npm are required (REIN_REQUIRE_NODE is set)")
-		}
-		t.Skip("node or npm is not on PATH")
-	}
-	dir, err := filepath.Abs("testdata/node")
-	if err != nil {
-		t.Fatal(err)
-	}
-	ci := exec.Command(npm, "ci", "--no-audit", "--no-fund")
-	ci.Dir = dir
-	if out, err := ci.CombinedOutput(); err != nil {
-		t.Fatalf("npm ci: %v\n%s", err, out)
-	}
-	srv := newServer(t)
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
-	defer cancel()
-	cmd := exec.CommandContext(ctx, node, "--test", "--test-timeout=30000")
-	cmd.Dir = dir
-	cmd.Env = append(os.Environ(), "REIN_URL="+srv.URL, "REIN_TOKEN=tok-alice")
-	out, err := cmd.CombinedOutput()
-	if err != nil {
-		t.Fatalf("node --test: %v\n%s", err, out)
-	}
-	if !strings.Contains(string(out), "# fail 0") || !strings.Contains(string(out), "# pass 4") {
-		t.Fatalf("node --test did not pass its 4 tests:\n%s", out)
-	}
+	protocoltest.RunNode(t, "testdata/node", 4, func() []string {
+		srv := newServer(t)
+		return []string{"REIN_URL=" + srv.URL, "REIN_TOKEN=tok-alice"}
+	})
 }
 
 // TestBadInput: a malformed RunAgentInput is an HTTP error with a

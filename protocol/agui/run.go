@@ -292,6 +292,12 @@ func (h *Handler) serve(w http.ResponseWriter, r *http.Request, key rein.Session
 	hdr.Set("X-Accel-Buffering", "no")
 	w.WriteHeader(http.StatusOK)
 	out := protocol.NewSSE(w)
+	// The headers go at once: a client's request returns on them, and a
+	// thread with nothing new to show would otherwise hold it until the
+	// first heartbeat.
+	if err := out.Write(nil); err != nil {
+		return
+	}
 	ctx, cancel := context.WithCancel(r.Context())
 	defer cancel()
 	stop := context.AfterFunc(closing, cancel)
