@@ -3,10 +3,6 @@ package anthropic_test
 import (
 	"context"
 	"errors"
-	"os"
-	"os/exec"
-	"path/filepath"
-	"strings"
 	"testing"
 
 	sdk "github.com/anthropics/anthropic-sdk-go/v2"
@@ -90,37 +86,10 @@ func TestOneTurn(t *testing.T) {
 // @anthropic-ai/sdk pinned by its lockfile) against a server. Without node
 // on PATH it is skipped, unless REIN_REQUIRE_NODE is set (CI sets it).
 func TestNodeSDK(t *testing.T) {
-	if testing.Short() {
-		t.Skip("installs npm packages")
-	}
-	node, err := exec.LookPath("node")
-	npm, err2 := exec.LookPath("npm")
-	if err != nil || err2 != nil {
-		if os.Getenv("REIN_REQUIRE_NODE") != "" {
-			t.Fatal("node and npm are required (REIN_REQUIRE_NODE is set)")
-		}
-		t.Skip("node or npm is not on PATH")
-	}
-	dir, err := filepath.Abs("testdata/node")
-	if err != nil {
-		t.Fatal(err)
-	}
-	ci := exec.Command(npm, "ci", "--no-audit", "--no-fund")
-	ci.Dir = dir
-	if out, err := ci.CombinedOutput(); err != nil {
-		t.Fatalf("npm ci: %v\n%s", err, out)
-	}
-	srv := newServer(t)
-	cmd := exec.Command(node, "--test")
-	cmd.Dir = dir
-	cmd.Env = append(os.Environ(), "REIN_URL="+srv.URL, "REIN_TOKEN=tok-alice")
-	out, err := cmd.CombinedOutput()
-	if err != nil {
-		t.Fatalf("node --test: %v\n%s", err, out)
-	}
-	if !strings.Contains(string(out), "# fail 0") || !strings.Contains(string(out), "# pass 3") {
-		t.Fatalf("node --test did not pass its 3 tests:\n%s", out)
-	}
+	protocoltest.RunNode(t, "testdata/node", 3, func() []string {
+		srv := newServer(t)
+		return []string{"REIN_URL=" + srv.URL, "REIN_TOKEN=tok-alice"}
+	})
 }
 
 // TestUpdateAndArchive: sessions.update sets the title and patches the
