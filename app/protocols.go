@@ -8,6 +8,7 @@ import (
 	"github.com/reinhq/rein/protocol"
 	"github.com/reinhq/rein/protocol/a2a"
 	"github.com/reinhq/rein/protocol/aisdk"
+	"github.com/reinhq/rein/protocol/agui"
 	"github.com/reinhq/rein/protocol/anthropic"
 	"github.com/reinhq/rein/sessions"
 )
@@ -28,6 +29,9 @@ var protocols = []struct {
 	}},
 	{"ai-sdk", func(svc *sessions.Service, log *slog.Logger) []protocol.Mount {
 		return []protocol.Mount{aisdk.Mount(svc, aisdk.Options{Logger: log})}
+	}},
+	{"ag-ui", func(svc *sessions.Service, log *slog.Logger) []protocol.Mount {
+		return []protocol.Mount{agui.Mount(svc, agui.Options{Logger: log})}
 	}},
 }
 

@@ -16,6 +16,7 @@ import (
 	"github.com/reinhq/rein/internal/reintest"
 	"github.com/reinhq/rein/protocol"
 	"github.com/reinhq/rein/protocol/aisdk"
+	"github.com/reinhq/rein/protocol/agui"
 	"github.com/reinhq/rein/protocol/anthropic"
 	"github.com/reinhq/rein/sessions"
 	"github.com/reinhq/rein/store"
@@ -77,7 +78,7 @@ func isolationStack(t *testing.T) *stack {
 		Script: "testdata/isolation.yaml",
 		Tokens: map[string]string{alice: "alice", bob: "bob"},
 		Protocols: func(svc *sessions.Service) []protocol.Mount {
-			return []protocol.Mount{anthropic.Mount(svc, anthropic.Options{}), aisdk.Mount(svc, aisdk.Options{})}
+			return []protocol.Mount{anthropic.Mount(svc, anthropic.Options{}), aisdk.Mount(svc, aisdk.Options{}), agui.Mount(svc, agui.Options{})}
 		},
 	})
 	return &stack{t: t, st: ts.Store, svc: ts.Service, srv: ts.Handler, url: ts.URL}
@@ -86,7 +87,8 @@ func isolationStack(t *testing.T) *stack {
 // protocolRoutes are the routes of the protocol adapters the isolation
 // stack mounts, as "METHOD /prefix/path" patterns.
 func protocolRoutes() []string {
-	return append(anthropic.New(nil, anthropic.Options{}).Routes(), aisdk.New(nil, aisdk.Options{}).Routes()...)
+	r := append(anthropic.New(nil, anthropic.Options{}).Routes(), aisdk.New(nil, aisdk.Options{}).Routes()...)
+	return append(r, agui.New(nil, agui.Options{}).Routes()...)
 }
 
 // setupAlice gives alice one of each kind of id, every run in a state that
@@ -594,6 +596,9 @@ func TestIsolationMatrix(t *testing.T) {
 		cases[route] = run
 	}
 	for route, run := range aisdkCases(t, m, a, sessions, calls, sups) {
+		cases[route] = run
+	}
+	for route, run := range aguiCases(t, m, a, sessions, calls) {
 		cases[route] = run
 	}
 	var routes []string

@@ -8,8 +8,6 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"os"
-	"os/exec"
-	"path/filepath"
 	"slices"
 	"strings"
 	"sync"
@@ -24,6 +22,7 @@ import (
 
 	"github.com/reinhq/rein"
 	a2aproto "github.com/reinhq/rein/protocol/a2a"
+	"github.com/reinhq/rein/protocol/protocoltest"
 
 	"github.com/reinhq/rein/internal/reintest"
 	"github.com/reinhq/rein/server"
@@ -804,37 +803,10 @@ func keyOf(owner, id string) rein.SessionKey { return rein.SessionKey{Owner: own
 // @a2a-js/sdk pinned by its lockfile) against a server. Without node on
 // PATH it is skipped, unless REIN_REQUIRE_NODE is set (CI sets it).
 func TestNodeSDK(t *testing.T) {
-	if testing.Short() {
-		t.Skip("installs npm packages")
-	}
-	node, err := exec.LookPath("node")
-	npm, err2 := exec.LookPath("npm")
-	if err != nil || err2 != nil {
-		if os.Getenv("REIN_REQUIRE_NODE") != "" {
-			t.Fatal("node and npm are required (REIN_REQUIRE_NODE is set)")
-		}
-		t.Skip("node or npm is not on PATH")
-	}
-	dir, err := filepath.Abs("testdata/node")
-	if err != nil {
-		t.Fatal(err)
-	}
-	ci := exec.Command(npm, "ci", "--no-audit", "--no-fund")
-	ci.Dir = dir
-	if out, err := ci.CombinedOutput(); err != nil {
-		t.Fatalf("npm ci: %v\n%s", err, out)
-	}
-	s := newStack(t)
-	cmd := exec.Command(node, "--test")
-	cmd.Dir = dir
-	cmd.Env = append(os.Environ(), "REIN_URL="+s.url, "REIN_TOKEN="+aliceToken)
-	out, err := cmd.CombinedOutput()
-	if err != nil {
-		t.Fatalf("node --test: %v\n%s", err, out)
-	}
-	if !strings.Contains(string(out), "# fail 0") || !strings.Contains(string(out), "# pass 6") {
-		t.Fatalf("node --test did not pass its 6 tests:\n%s", out)
-	}
+	protocoltest.RunNode(t, "testdata/node", 6, func() []string {
+		s := newStack(t)
+		return []string{"REIN_URL=" + s.url, "REIN_TOKEN=" + aliceToken}
+	})
 }
 
 // TestTwoInstances drives one task through two instances sharing a
