@@ -7,8 +7,8 @@ import (
 	"github.com/reinhq/rein"
 	"github.com/reinhq/rein/protocol"
 	"github.com/reinhq/rein/protocol/a2a"
-	"github.com/reinhq/rein/protocol/aisdk"
 	"github.com/reinhq/rein/protocol/agui"
+	"github.com/reinhq/rein/protocol/aisdk"
 	"github.com/reinhq/rein/protocol/anthropic"
 	"github.com/reinhq/rein/sessions"
 )
