@@ -243,6 +243,8 @@ func (h *Handler) prime(ctx context.Context, key rein.SessionKey, rd *renderer, 
 	return nil
 }
 
+// Read sizes: a stream's page, and one backward read of a thread
+// stream's resume looking for its run's start.
 const (
 	streamPage = 1000
 	backPage   = 500
@@ -250,24 +252,9 @@ const (
 
 // runStart is the cursor just before the run's user.message.
 func (h *Handler) runStart(ctx context.Context, key rein.SessionKey, runID string) (int64, error) {
-	_, hi, err := h.svc.ReadEvents(ctx, key, 0, 1)
-	if err != nil {
-		return 0, err
-	}
-	for hi > 0 {
-		lo := max(0, hi-backPage)
-		evs, _, err := h.svc.ReadEvents(ctx, key, lo, int(hi-lo))
-		if err != nil {
-			return 0, err
-		}
-		for i := len(evs) - 1; i >= 0; i-- {
-			if e := evs[i]; e.Type == rein.EventUserMessage && e.RunID == runID {
-				return e.Seq - 1, nil
-			}
-		}
-		hi = lo
-	}
-	return 0, nil
+	return protocol.RunStart(ctx, func(ctx context.Context, after int64, limit int) ([]rein.Event, int64, error) {
+		return h.svc.ReadEvents(ctx, key, after, limit)
+	}, runID)
 }
 
 // serve writes rd's rendering of the log after from: replayed page by page,

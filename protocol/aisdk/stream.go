@@ -11,12 +11,8 @@ import (
 	"github.com/reinhq/rein/protocol"
 )
 
-// Stream pacing.
-const (
-	streamPage = 1000
-	// backPage is how many events one backward read takes.
-	backPage = 500
-)
+// streamPage is how many events one read of a stream takes.
+const streamPage = 1000
 
 // source is what a stream renders: one run's chunks (runSource) or the
 // chat's, run after run (chatSource).
@@ -190,25 +186,9 @@ func (h *Handler) resumeStream(w http.ResponseWriter, r *http.Request) {
 // runStart is the cursor just before the run's first event (its
 // user.message), read back from the log's end.
 func (h *Handler) runStart(ctx context.Context, key rein.SessionKey, runID string) (int64, error) {
-	_, hi, err := h.svc.ReadEvents(ctx, key, 0, 1)
-	if err != nil {
-		return 0, err
-	}
-	for hi > 0 {
-		lo := max(0, hi-backPage)
-		evs, _, err := h.svc.ReadEvents(ctx, key, lo, int(hi-lo))
-		if err != nil {
-			return 0, err
-		}
-		for i := len(evs) - 1; i >= 0; i-- {
-			if e := evs[i]; e.Type == rein.EventUserMessage && e.RunID == runID {
-				return e.Seq - 1, nil
-			}
-		}
-		hi = lo
-	}
-	// Not logged (cannot happen for a run of the session): from the start.
-	return 0, nil
+	return protocol.RunStart(ctx, func(ctx context.Context, after int64, limit int) ([]rein.Event, int64, error) {
+		return h.svc.ReadEvents(ctx, key, after, limit)
+	}, runID)
 }
 
 // writeChunks sends chunks as frames, all in one write.
