@@ -119,11 +119,19 @@ const (
 var rapidChecksFlag struct {
 	once sync.Once
 	set  bool // given on the command line or in the environment
+	// held is held by a test from its defaultRapidChecks to its end:
+	// rapid reads its -rapid.checks flag, a process-wide value, in every
+	// Check, so two property tests running in parallel take turns rather
+	// than set it under each other's reads.
+	held sync.Mutex
 }
 
 // defaultRapidChecks makes rapid run n checks per Check for the rest of t,
-// unless the command line or RAPID_CHECKS chose a number.
+// unless the command line or RAPID_CHECKS chose a number. The tests that
+// call it run one at a time (rapidChecksFlag.held) until t ends.
 func defaultRapidChecks(t *testing.T, n int) {
+	rapidChecksFlag.held.Lock()
+	t.Cleanup(rapidChecksFlag.held.Unlock)
 	rapidChecksFlag.once.Do(func() {
 		flag.Visit(func(f *flag.Flag) {
 			if f.Name == "rapid.checks" {
