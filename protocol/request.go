@@ -77,3 +77,23 @@ func (s *SSE) WaitOrBeat(ctx context.Context, heartbeat time.Duration, wait func
 		}
 	}
 }
+
+// OpenStream admits one more event stream of the request's owner, as the
+// server counts the native API's streams (Request.OpenStream). closing
+// ends when the server closes its streams; release must be called once
+// the stream ends. Outside a mounted adapter (a test serving one
+// directly) nothing is counted: closing never ends, release does nothing.
+func OpenStream(r *http.Request) (closing context.Context, release func(), err error) {
+	if req := RequestOf(r.Context()); req != nil && req.OpenStream != nil {
+		return req.OpenStream()
+	}
+	return context.Background(), func() {}, nil
+}
+
+// StreamHeaders are the headers every adapter's event stream answers
+// with: an event stream that no cache keeps and no proxy buffers.
+func StreamHeaders(h http.Header) {
+	h.Set("Content-Type", "text/event-stream")
+	h.Set("Cache-Control", "no-cache")
+	h.Set("X-Accel-Buffering", "no")
+}

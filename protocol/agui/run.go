@@ -263,20 +263,14 @@ func (h *Handler) runStart(ctx context.Context, key rein.SessionKey, runID strin
 // RUN_FINISHED or RUN_ERROR, or where the run waits for confirmations; the
 // thread stream goes on (follow) or ends at the log's end.
 func (h *Handler) serve(w http.ResponseWriter, r *http.Request, key rein.SessionKey, rd *renderer, from int64, follow bool) {
-	closing := context.Background()
-	if req := protocol.RequestOf(r.Context()); req != nil && req.OpenStream != nil {
-		var release func()
-		var err error
-		if closing, release, err = req.OpenStream(); err != nil {
-			h.writeError(w, r, err)
-			return
-		}
-		defer release()
+	closing, release, err := protocol.OpenStream(r)
+	if err != nil {
+		h.writeError(w, r, err)
+		return
 	}
+	defer release()
 	hdr := w.Header()
-	hdr.Set("Content-Type", "text/event-stream")
-	hdr.Set("Cache-Control", "no-cache")
-	hdr.Set("X-Accel-Buffering", "no")
+	protocol.StreamHeaders(hdr)
 	w.WriteHeader(http.StatusOK)
 	out := protocol.NewSSE(w)
 	// The headers go at once: a client's request returns on them, and a

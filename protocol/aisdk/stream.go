@@ -32,20 +32,14 @@ type source interface {
 // `id:` line holding the seq of the event it renders; a stream that ends
 // ends with `data: [DONE]`, as the SDK's own server helpers end it.
 func (h *Handler) serve(w http.ResponseWriter, r *http.Request, key rein.SessionKey, cursor int64, src source) {
-	closing := context.Background()
-	if req := protocol.RequestOf(r.Context()); req != nil && req.OpenStream != nil {
-		var release func()
-		var err error
-		if closing, release, err = req.OpenStream(); err != nil {
-			h.writeError(w, r, err)
-			return
-		}
-		defer release()
+	closing, release, err := protocol.OpenStream(r)
+	if err != nil {
+		h.writeError(w, r, err)
+		return
 	}
+	defer release()
 	hdr := w.Header()
-	hdr.Set("Content-Type", "text/event-stream")
-	hdr.Set("Cache-Control", "no-cache")
-	hdr.Set("X-Accel-Buffering", "no")
+	protocol.StreamHeaders(hdr)
 	hdr.Set("X-Vercel-Ai-Ui-Message-Stream", "v1")
 	w.WriteHeader(http.StatusOK)
 	out := protocol.NewSSE(w)

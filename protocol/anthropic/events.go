@@ -192,24 +192,19 @@ func (h *Handler) streamEvents(w http.ResponseWriter, r *http.Request) {
 	if fromEnd {
 		cursor = last
 	}
-	closing := context.Background()
-	if req := protocol.RequestOf(r.Context()); req != nil && req.OpenStream != nil {
-		var release func()
-		if closing, release, err = req.OpenStream(); err != nil {
-			h.writeError(w, r, err)
-			return
-		}
-		defer release()
+	closing, release, err := protocol.OpenStream(r)
+	if err != nil {
+		h.writeError(w, r, err)
+		return
 	}
+	defer release()
 	rd := newRenderer(h.svc, key, deltas)
 	if err := rd.prime(r.Context(), cursor); err != nil {
 		h.writeError(w, r, err)
 		return
 	}
 	hdr := w.Header()
-	hdr.Set("Content-Type", "text/event-stream")
-	hdr.Set("Cache-Control", "no-cache")
-	hdr.Set("X-Accel-Buffering", "no")
+	protocol.StreamHeaders(hdr)
 	w.WriteHeader(http.StatusOK)
 	rc := http.NewResponseController(w)
 	// Headers go out at once: the SDKs' stream call returns only then.
