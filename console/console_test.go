@@ -36,6 +36,7 @@ import (
 	"github.com/chromedp/chromedp/kb"
 	"go.uber.org/goleak"
 
+	"github.com/reinhq/rein/internal/browsertest"
 	"github.com/reinhq/rein/internal/reintest"
 	"github.com/reinhq/rein/server"
 	"github.com/reinhq/rein/server/web"
@@ -46,8 +47,7 @@ import (
 )
 
 const (
-	chromiumPath = "/usr/bin/chromium"
-	script       = "testdata/script.yaml"
+	script = "testdata/script.yaml"
 	// waitFor bounds every wait for the page to show something.
 	waitFor = 10 * time.Second
 )
@@ -77,42 +77,18 @@ func TestMain(m *testing.M) {
 	os.Exit(code)
 }
 
-func inCI() bool {
-	v := strings.ToLower(os.Getenv("CI"))
-	return v != "" && v != "false" && v != "0"
-}
-
 // chromium returns the context of the one browser the tests share (each
 // page is a tab of it), starting it on first use.
 func chromium(t *testing.T) context.Context {
 	t.Helper()
-	if _, err := os.Stat(chromiumPath); err != nil {
-		if inCI() {
-			t.Fatalf("CI is set but %s is missing (%v): .ci/run installs Debian's chromium package; the console's browser tests must run in CI", chromiumPath, err)
-		}
-		t.Skipf("skipping the console's browser tests: %s is missing (apt-get install chromium)", chromiumPath)
-	}
+	browsertest.Require(t)
 	browser.once.Do(func() {
 		dir, err := os.MkdirTemp("", "rein-console-chromium-")
 		if err != nil {
 			browser.err = err
 			return
 		}
-		opts := []chromedp.ExecAllocatorOption{
-			chromedp.ExecPath(chromiumPath),
-			chromedp.Headless,
-			chromedp.NoSandbox,
-			chromedp.DisableGPU,
-			chromedp.NoFirstRun,
-			chromedp.Flag("disable-background-networking", true),
-			chromedp.Flag("disable-component-update", true),
-			chromedp.Flag("disable-sync", true),
-			chromedp.Flag("disable-quic", true),
-			chromedp.Flag("disable-dev-shm-usage", true),
-			chromedp.UserDataDir(dir),
-			chromedp.WindowSize(1280, 900),
-		}
-		actx, acancel := chromedp.NewExecAllocator(context.Background(), opts...)
+		actx, acancel := chromedp.NewExecAllocator(context.Background(), browsertest.Options(dir)...)
 		bctx, bcancel := chromedp.NewContext(actx)
 		browser.ctx = bctx
 		browser.cancel = func() {
@@ -123,7 +99,7 @@ func chromium(t *testing.T) context.Context {
 		browser.err = chromedp.Do(bctx) // starts the browser
 	})
 	if browser.err != nil {
-		t.Fatalf("start %s: %v", chromiumPath, browser.err)
+		t.Fatalf("start %s: %v", browsertest.Path, browser.err)
 	}
 	return browser.ctx
 }

@@ -16,10 +16,9 @@ import (
 	"time"
 
 	"github.com/chromedp/chromedp"
-)
 
-// chromiumPath is Debian's chromium, which .ci/run installs.
-const chromiumPath = "/usr/bin/chromium"
+	"github.com/reinhq/rein/internal/browsertest"
+)
 
 // testBrowser loads the built client (dist/) into headless Chromium from
 // a page on another origin than the server's, and runs
@@ -27,12 +26,7 @@ const chromiumPath = "/usr/bin/chromium"
 // token, the event stream read over fetch, an approval, a busy session's
 // error, an exact stop, an aborted call, a 401.
 func testBrowser(ctx context.Context, t *testing.T, bin, dir string) {
-	if _, err := os.Stat(chromiumPath); err != nil {
-		if v := strings.ToLower(os.Getenv("CI")); v != "" && v != "false" && v != "0" {
-			t.Fatalf("CI is set but %s is missing (%v): .ci/run installs Debian's chromium package", chromiumPath, err)
-		}
-		t.Skipf("skipping the browser check: %s is missing (apt-get install chromium)", chromiumPath)
-	}
+	browsertest.Require(t)
 	mux := http.NewServeMux()
 	mux.Handle("GET /dist/", http.StripPrefix("/dist/", http.FileServer(http.Dir(filepath.Join(dir, "dist")))))
 	mux.HandleFunc("GET /{$}", func(w http.ResponseWriter, r *http.Request) {
@@ -48,19 +42,7 @@ func testBrowser(ctx context.Context, t *testing.T, bin, dir string) {
 	}
 	server := startServe(ctx, t, bin, dir, "--tokens", tokens, "--cors-origin", page.URL)
 
-	profile := t.TempDir()
-	actx, acancel := chromedp.NewExecAllocator(ctx,
-		chromedp.ExecPath(chromiumPath),
-		chromedp.Headless,
-		chromedp.NoSandbox,
-		chromedp.DisableGPU,
-		chromedp.NoFirstRun,
-		chromedp.Flag("disable-background-networking", true),
-		chromedp.Flag("disable-component-update", true),
-		chromedp.Flag("disable-sync", true),
-		chromedp.Flag("disable-dev-shm-usage", true),
-		chromedp.UserDataDir(profile),
-	)
+	actx, acancel := chromedp.NewExecAllocator(ctx, browsertest.Options(t.TempDir())...)
 	defer acancel()
 	bctx, bcancel := chromedp.NewContext(actx)
 	defer bcancel()

@@ -27,26 +27,8 @@ const (
 // -short it is skipped.
 func RunNode(t *testing.T, dir string, tests int, serve func() []string) {
 	t.Helper()
-	if testing.Short() {
-		t.Skip("installs npm packages")
-	}
-	node, err := exec.LookPath("node")
-	npm, err2 := exec.LookPath("npm")
-	if err != nil || err2 != nil {
-		if os.Getenv("REIN_REQUIRE_NODE") != "" {
-			t.Fatal("node and npm are required (REIN_REQUIRE_NODE is set)")
-		}
-		t.Skip("node or npm is not on PATH")
-	}
-	abs, err := filepath.Abs(dir)
-	if err != nil {
-		t.Fatal(err)
-	}
-	ci := exec.Command(npm, "ci", "--no-audit", "--no-fund")
-	ci.Dir = abs
-	if out, err := ci.CombinedOutput(); err != nil {
-		t.Fatalf("npm ci: %v\n%s", err, out)
-	}
+	node, npm := nodeTools(t)
+	abs := npmCI(t, npm, dir)
 	env := serve()
 	ctx, cancel := context.WithTimeout(context.Background(), nodeTimeout)
 	defer cancel()
@@ -60,4 +42,37 @@ func RunNode(t *testing.T, dir string, tests int, serve func() []string) {
 	if !strings.Contains(string(out), "# fail 0") || !strings.Contains(string(out), fmt.Sprintf("# pass %d\n", tests)) {
 		t.Fatalf("node --test did not pass its %d tests:\n%s", tests, out)
 	}
+}
+
+// nodeTools finds node and npm, skipping the test without them (or with
+// -short) unless REIN_REQUIRE_NODE is set.
+func nodeTools(t *testing.T) (node, npm string) {
+	t.Helper()
+	if testing.Short() {
+		t.Skip("installs npm packages")
+	}
+	node, err := exec.LookPath("node")
+	npm, err2 := exec.LookPath("npm")
+	if err != nil || err2 != nil {
+		if os.Getenv("REIN_REQUIRE_NODE") != "" {
+			t.Fatal("node and npm are required (REIN_REQUIRE_NODE is set)")
+		}
+		t.Skip("node or npm is not on PATH")
+	}
+	return node, npm
+}
+
+// npmCI installs dir's committed lockfile and returns dir's absolute path.
+func npmCI(t *testing.T, npm, dir string) string {
+	t.Helper()
+	abs, err := filepath.Abs(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ci := exec.Command(npm, "ci", "--no-audit", "--no-fund")
+	ci.Dir = abs
+	if out, err := ci.CombinedOutput(); err != nil {
+		t.Fatalf("npm ci: %v\n%s", err, out)
+	}
+	return abs
 }
