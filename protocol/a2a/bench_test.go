@@ -80,8 +80,10 @@ func benchAPIs(b *testing.B) []protocoltest.BenchAPI {
 					},
 				}
 			},
-			Text: func(line string) bool { return strings.Contains(line, `"statusUpdate"`) && strings.Contains(line, `"text"`) },
-			End:  hasAny(`"TASK_STATE_COMPLETED"`, `"TASK_STATE_CANCELED"`),
+			Text: func(line string) bool {
+				return strings.Contains(line, `"statusUpdate"`) && strings.Contains(line, `"text"`)
+			},
+			End: hasAny(`"TASK_STATE_COMPLETED"`, `"TASK_STATE_CANCELED"`),
 		},
 	}
 }
