@@ -23,6 +23,24 @@ func v1Cases(t *testing.T, m *matrix, a aliceIDs, sessions []struct{ kind, id st
 		"user.tool_confirmation": batch(`{"type":"user.tool_confirmation","tool_use_id":"` + a.pending + `","result":"allow"}`),
 		"system.message":         batch(`{"type":"system.message",` + text + `}`),
 	}
+	// threadCase names alice's sessions as threads: each as its own primary
+	// thread, each as a thread of bob's session, and random threads of
+	// hers — answered as for random ids.
+	threadCase := func(method, suffix string) func() {
+		return func() {
+			for _, ss := range sessions {
+				m.pair("/v1 "+method+" thread"+suffix+" of a "+ss.kind+" as its primary thread", ss.id, func(x, _ string) request {
+					return request{method: method, path: "/v1/sessions/" + x + "/threads/" + x + suffix}
+				})
+				m.pair("/v1 "+method+" thread"+suffix+": a "+ss.kind+" as a thread of bob's session", ss.id, func(x, b string) request {
+					return request{method: method, path: "/v1/sessions/" + b + "/threads/" + x + suffix}
+				})
+				m.pair("/v1 "+method+" thread"+suffix+": a "+ss.kind+" with a thread of bob's", ss.id, func(x, b string) request {
+					return request{method: method, path: "/v1/sessions/" + x + "/threads/" + b + suffix}
+				})
+			}
+		}
+	}
 	return map[string]func(){
 		"POST /v1/sessions": func() {
 			r := m.send(bob, request{method: "POST", path: "/v1/sessions", body: `{"agent":"default","environment_id":"","metadata":{"parent":"` + a.root + `"}}`})
@@ -100,6 +118,17 @@ func v1Cases(t *testing.T, m *matrix, a aliceIDs, sessions []struct{ kind, id st
 				}
 			}
 		},
+		"GET /v1/sessions/{id}/threads": func() {
+			for _, ss := range sessions {
+				m.pair("/v1 list the threads of a "+ss.kind, ss.id, func(x, _ string) request {
+					return request{method: "GET", path: "/v1/sessions/" + x + "/threads"}
+				})
+			}
+		},
+		"GET /v1/sessions/{id}/threads/{thread}":          threadCase("GET", ""),
+		"POST /v1/sessions/{id}/threads/{thread}/archive": threadCase("POST", "/archive"),
+		"GET /v1/sessions/{id}/threads/{thread}/events":   threadCase("GET", "/events"),
+		"GET /v1/sessions/{id}/threads/{thread}/stream":   threadCase("GET", "/stream?after=0"),
 		"GET /v1/sessions/{id}/events/stream": func() {
 			for _, ss := range sessions {
 				for _, q := range []string{"", "?after=2", "?event_deltas[]=agent.message"} {

@@ -71,6 +71,11 @@ func New(svc *sessions.Service, o Options) *Handler {
 	h.route("POST /sessions/{id}/events", h.sendEvents)
 	h.route("GET /sessions/{id}/events", h.listEvents)
 	h.route("GET /sessions/{id}/events/stream", h.streamEvents)
+	h.route("GET /sessions/{id}/threads", h.listThreads)
+	h.route("GET /sessions/{id}/threads/{thread}", h.getThread)
+	h.route("POST /sessions/{id}/threads/{thread}/archive", h.archiveThread)
+	h.route("GET /sessions/{id}/threads/{thread}/events", h.listEvents)
+	h.route("GET /sessions/{id}/threads/{thread}/stream", h.streamEvents)
 	return h
 }
 

@@ -57,8 +57,12 @@ func filter(rs []rendered, keep map[string]bool) []rendered {
 // listEvents is events.list: the log rendered, a page at a time, oldest
 // first (order=asc, the default) or newest first.
 func (h *Handler) listEvents(w http.ResponseWriter, r *http.Request) {
-	key := sessionKey(r)
 	ctx := r.Context()
+	key, err := h.logKey(r)
+	if err != nil {
+		h.writeError(w, r, err)
+		return
+	}
 	limit, err := pageLimit(r)
 	if err != nil {
 		h.writeError(w, r, err)
@@ -176,7 +180,11 @@ const (
 // Previews (event_start / event_delta of agent.message) are sent only when
 // asked for with event_deltas[]=agent.message.
 func (h *Handler) streamEvents(w http.ResponseWriter, r *http.Request) {
-	key := sessionKey(r)
+	key, err := h.logKey(r)
+	if err != nil {
+		h.writeError(w, r, err)
+		return
+	}
 	q := r.URL.Query()
 	deltas := slices.Contains(append(q["event_deltas[]"], q["event_deltas"]...), "agent.message")
 	cursor, fromEnd, err := streamCursor(r)

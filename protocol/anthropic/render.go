@@ -214,6 +214,20 @@ type (
 		IsError   bool        `json:"is_error"`
 		InDoubt   bool        `json:"in_doubt,omitempty"`
 	}
+	threadEventJSON struct {
+		baseJSON
+		SessionThreadID string `json:"session_thread_id"`
+		AgentName       string `json:"agent_name"`
+	}
+	threadCreatedJSON struct {
+		threadEventJSON
+		WorkflowRunID *string `json:"workflow_run_id"`
+	}
+	threadIdleJSON struct {
+		threadEventJSON
+		StopReason  stopReasonJSON `json:"stop_reason"`
+		StopDetails *struct{}      `json:"stop_details"`
+	}
 	idleJSON struct {
 		baseJSON
 		StopReason  stopReasonJSON `json:"stop_reason"`
@@ -437,10 +451,32 @@ func (r *renderer) event(ctx context.Context, e rein.Event, rest []rein.Event) e
 		if idle {
 			r.add(e.Seq, "session.status_idle", idleJSON{baseJSON: base(e.ID, "session.status_idle", e), StopReason: stopReasonJSON{Type: "end_turn"}})
 		}
+	case rein.EventSubagentStarted:
+		// A child's activation: its first is the thread's creation (threads.go).
+		var p rein.SubagentStartedPayload
+		_ = json.Unmarshal(e.Payload, &p)
+		th, first, err := r.thread(ctx, p.ChildID, p.TaskID)
+		if err != nil {
+			return err
+		}
+		if first {
+			r.add(e.Seq, "session.thread_created", threadCreatedJSON{threadEventJSON: th.at(e.ID, "session.thread_created", e)})
+		}
+		r.add(e.Seq, "session.thread_status_running", th.at(e.ID+"_running", "session.thread_status_running", e))
+	case rein.EventSubagentCompleted:
+		// Rein's children stay continuable, so an ended activation is an
+		// idle thread, whatever its status.
+		var p rein.SubagentCompletedPayload
+		_ = json.Unmarshal(e.Payload, &p)
+		th, _, err := r.thread(ctx, p.ChildID, "")
+		if err != nil {
+			return err
+		}
+		r.add(e.Seq, "session.thread_status_idle", threadIdleJSON{threadEventJSON: th.at(e.ID, "session.thread_status_idle", e), StopReason: stopReasonJSON{Type: "end_turn"}})
 	}
-	// session.run_queued, agent.supplement_consumed and subagent.* have no
-	// counterpart in the protocol; event types this adapter does not know
-	// yet are left out the same way.
+	// session.run_queued and agent.supplement_consumed have no counterpart
+	// in the protocol; event types this adapter does not know yet are left
+	// out the same way.
 	return nil
 }
 
@@ -552,4 +588,38 @@ func (r *renderer) idleAfter(ctx context.Context, e rein.Event, rest []rein.Even
 		return idle, nil
 	}
 	return len(info.QueuedRunIDs) == 0 && info.CurrentRunID == "", nil
+}
+
+// threadRef is a child thread as its events in the parent's log name it.
+type threadRef struct{ id, agent string }
+
+func (t threadRef) at(id, typ string, e rein.Event) threadEventJSON {
+	return threadEventJSON{baseJSON: base(id, typ, e), SessionThreadID: t.id, AgentName: t.agent}
+}
+
+// thread reads the child session a subagent event names: its agent, and
+// whether task is its first activation (the thread's creation). A child
+// deleted since is shown by its id alone.
+func (r *renderer) thread(ctx context.Context, child, task string) (threadRef, bool, error) {
+	key := rein.SessionKey{Owner: r.key.Owner, ID: child}
+	ref := threadRef{id: child, agent: sessions.DefaultAgent}
+	s, err := r.svc.Session(ctx, key)
+	if rein.CodeOf(err) == rein.CodeNotFound {
+		return ref, task != "", nil
+	}
+	if err != nil {
+		return ref, false, err
+	}
+	if s.Agent != "" {
+		ref.agent = s.Agent
+	}
+	if task == "" {
+		return ref, false, nil
+	}
+	runs, err := r.svc.ListRuns(ctx, key)
+	if err != nil {
+		return ref, false, err
+	}
+	// Runs are newest first: the last is the child's first activation.
+	return ref, len(runs) == 0 || runs[len(runs)-1].ID == task, nil
 }

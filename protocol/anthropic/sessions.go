@@ -525,23 +525,9 @@ func (h *Handler) archiveSession(w http.ResponseWriter, r *http.Request) {
 	key := sessionKey(r)
 	ctx, cancel := ctxOK(r)
 	defer cancel()
-	sess, err := h.svc.Session(ctx, key)
-	if err != nil {
+	if err := h.markArchived(ctx, key); err != nil {
 		h.writeError(w, r, err)
 		return
-	}
-	md, pm := splitMeta(sess.Metadata)
-	if pm.ArchivedAt == "" {
-		pm.ArchivedAt = rein.FormatTime(time.Now())
-		raw, err := joinMeta(md, pm)
-		if err != nil {
-			h.writeError(w, r, err)
-			return
-		}
-		if _, err := h.svc.UpdateSession(ctx, key, sessions.UpdateSessionRequest{Metadata: raw}); err != nil {
-			h.writeError(w, r, err)
-			return
-		}
 	}
 	info, err := h.svc.GetSession(ctx, key)
 	if err != nil {
