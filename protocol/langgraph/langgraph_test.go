@@ -1,0 +1,333 @@
+package langgraph_test
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"net/url"
+	"strings"
+	"testing"
+
+	"github.com/reinhq/rein/internal/reintest"
+	"github.com/reinhq/rein/protocol"
+	"github.com/reinhq/rein/protocol/langgraph"
+	"github.com/reinhq/rein/protocol/protocoltest"
+	"github.com/reinhq/rein/sessions"
+)
+
+func newServer(t *testing.T) *reintest.Server {
+	return reintest.NewServer(t, reintest.ServerOptions{
+		Script: protocoltest.WriteScript(t),
+		Tokens: map[string]string{"tok-alice": "alice", "tok-bob": "bob"},
+		Protocols: func(svc *sessions.Service) []protocol.Mount {
+			return []protocol.Mount{langgraph.Mount(svc, langgraph.Options{})}
+		},
+	})
+}
+
+// TestScenarios runs the scenarios every adapter passes, speaking the
+// Agent Server API from Go as the SDK does: x-api-key, threads, runs,
+// the thread stream and its Last-Event-ID, command.resume, notes.
+func TestScenarios(t *testing.T) {
+	srv := newServer(t)
+	protocoltest.Run(t, protocoltest.Env{
+		Driver:  &driver{srv: srv, tokens: map[string]string{"alice": "tok-alice", "bob": "tok-bob"}},
+		Service: srv.Service,
+		Owners:  [2]string{"alice", "bob"},
+	})
+}
+
+// driver is protocoltest.Driver over the Agent Server API's wire.
+type driver struct {
+	srv    *reintest.Server
+	tokens map[string]string
+}
+
+type httpError struct {
+	status int
+	body   string
+}
+
+func (e *httpError) Error() string { return fmt.Sprintf("HTTP %d: %s", e.status, e.body) }
+
+func newID() string {
+	b := make([]byte, 8)
+	_, _ = rand.Read(b)
+	return hex.EncodeToString(b)
+}
+
+func (d *driver) do(ctx context.Context, owner, method, path string, body any, hdr map[string]string) (*http.Response, error) {
+	var rd io.Reader
+	if raw, ok := body.(string); ok {
+		rd = strings.NewReader(raw)
+	} else if body != nil {
+		b, err := json.Marshal(body)
+		if err != nil {
+			return nil, err
+		}
+		rd = bytes.NewReader(b)
+	}
+	req, err := http.NewRequestWithContext(ctx, method, d.srv.URL+"/langgraph"+path, rd)
+	if err != nil {
+		return nil, err
+	}
+	req.Header.Set("x-api-key", d.tokens[owner])
+	req.Header.Set("Content-Type", "application/json")
+	for k, v := range hdr {
+		req.Header.Set(k, v)
+	}
+	res, err := d.srv.HTTP.Do(req)
+	if err != nil {
+		return nil, err
+	}
+	if res.StatusCode/100 != 2 {
+		b, _ := io.ReadAll(res.Body)
+		res.Body.Close()
+		return nil, &httpError{status: res.StatusCode, body: string(b)}
+	}
+	return res, nil
+}
+
+func (d *driver) json(ctx context.Context, owner, method, path string, body, out any) error {
+	res, err := d.do(ctx, owner, method, path, body, nil)
+	if err != nil {
+		return err
+	}
+	defer res.Body.Close()
+	if out == nil {
+		return nil
+	}
+	return json.NewDecoder(res.Body).Decode(out)
+}
+
+func (d *driver) CreateSession(ctx context.Context, owner string) (string, error) {
+	var th struct {
+		ThreadID string `json:"thread_id"`
+	}
+	err := d.json(ctx, owner, http.MethodPost, "/threads", map[string]any{"metadata": map[string]any{"graph_id": "default"}}, &th)
+	return th.ThreadID, err
+}
+
+func (d *driver) Send(ctx context.Context, owner, session, text string) (string, error) {
+	var run struct {
+		RunID string `json:"run_id"`
+	}
+	err := d.json(ctx, owner, http.MethodPost, "/threads/"+session+"/runs", map[string]any{
+		"assistant_id": "default", "input": map[string]any{"messages": []any{map[string]any{"type": "human", "content": text}}},
+		"multitask_strategy": "enqueue"}, &run)
+	return run.RunID, err
+}
+
+func (d *driver) Stop(ctx context.Context, owner, session, runID string) error {
+	return d.json(ctx, owner, http.MethodPost, "/threads/"+session+"/runs/"+runID+"/cancel?wait=0&action=interrupt", nil, nil)
+}
+
+func (d *driver) Note(ctx context.Context, owner, session, text string) error {
+	return d.json(ctx, owner, http.MethodPost, "/threads/"+session+"/notes", map[string]any{"text": text}, nil)
+}
+
+func (d *driver) Answer(ctx context.Context, owner, session, ref string, allow bool, denyMessage string) error {
+	dec := map[string]any{"allow": allow}
+	if !allow {
+		dec["deny_message"] = denyMessage
+	}
+	return d.json(ctx, owner, http.MethodPost, "/threads/"+session+"/runs", map[string]any{
+		"assistant_id": "default", "command": map[string]any{"resume": map[string]any{ref: dec}}}, nil)
+}
+
+func (d *driver) Get(ctx context.Context, owner, session string) error {
+	return d.json(ctx, owner, http.MethodGet, "/threads/"+session, nil, nil)
+}
+
+func (d *driver) NotFound(err error) bool {
+	var he *httpError
+	return errors.As(err, &he) && he.status == http.StatusNotFound && strings.Contains(he.body, `"detail"`)
+}
+
+// History lists the thread's checkpoints oldest first, as items: the
+// input, each model node (its ai message), each tools node, each run's end.
+func (d *driver) History(ctx context.Context, owner, session string) ([]protocoltest.Item, error) {
+	var states []struct {
+		Values struct {
+			Messages []map[string]any `json:"messages"`
+		} `json:"values"`
+		Checkpoint struct {
+			CheckpointID string `json:"checkpoint_id"`
+		} `json:"checkpoint"`
+		Metadata struct {
+			Source string `json:"source"`
+			RunID  string `json:"run_id"`
+		} `json:"metadata"`
+		Next []string `json:"next"`
+	}
+	if err := d.json(ctx, owner, http.MethodPost, "/threads/"+session+"/history", map[string]any{"limit": 1000}, &states); err != nil {
+		return nil, err
+	}
+	var out []protocoltest.Item
+	prev := 0
+	for i := len(states) - 1; i >= 0; i-- {
+		s := states[i]
+		msgs := s.Values.Messages
+		added := msgs[min(prev, len(msgs)):]
+		prev = len(msgs)
+		it := protocoltest.Item{Cursor: s.Checkpoint.CheckpointID}
+		switch {
+		case s.Metadata.Source == "input":
+			out = append(out, protocoltest.Item{Cursor: it.Cursor, Kind: protocoltest.KindOther, ID: "run:" + s.Metadata.RunID})
+			it.Kind, it.ID = protocoltest.KindRunning, added[len(added)-1]["id"].(string)
+		case len(added) == 0:
+			it.Kind, it.ID = protocoltest.KindIdle, "end:"+s.Metadata.RunID
+		case added[len(added)-1]["type"] == "tool":
+			it.Kind, it.ID = protocoltest.KindOther, "tools:"+added[0]["id"].(string)
+		default:
+			m := added[len(added)-1]
+			it.ID = m["id"].(string)
+			it.Kind = protocoltest.KindOther
+			if c, _ := m["content"].(string); c != "" {
+				it.Kind, it.Text = protocoltest.KindText, c
+			}
+		}
+		out = append(out, it)
+	}
+	return out, nil
+}
+
+// Stream is the thread's stream (threads.joinStream) after cursor.
+func (d *driver) Stream(ctx context.Context, owner, session, cursor string, previews bool) (protocoltest.Stream, error) {
+	q := url.Values{"stream_mode": {"updates"}}
+	if previews {
+		q.Add("stream_mode", "messages-tuple")
+	}
+	hdr := map[string]string{"Accept": "text/event-stream"}
+	if cursor != "" {
+		hdr["Last-Event-ID"] = cursor
+	}
+	ctx, cancel := context.WithCancel(ctx)
+	res, err := d.do(ctx, owner, http.MethodGet, "/threads/"+session+"/stream?"+q.Encode(), nil, hdr)
+	if err != nil {
+		cancel()
+		return nil, err
+	}
+	return &stream{body: res.Body, cancel: cancel, sc: bufio.NewScanner(res.Body)}, nil
+}
+
+type stream struct {
+	body    io.ReadCloser
+	cancel  context.CancelFunc
+	sc      *bufio.Scanner
+	pending []protocoltest.Item
+}
+
+type sseFrame struct {
+	id, event string
+	data      json.RawMessage
+}
+
+func (s *stream) frame() (sseFrame, error) {
+	var f sseFrame
+	for s.sc.Scan() {
+		line := s.sc.Text()
+		switch {
+		case line == "":
+			if f.event != "" {
+				return f, nil
+			}
+		case strings.HasPrefix(line, "id: "):
+			f.id = line[4:]
+		case strings.HasPrefix(line, "event: "):
+			f.event = line[7:]
+		case strings.HasPrefix(line, "data: "):
+			f.data = json.RawMessage(line[6:])
+		}
+	}
+	if err := s.sc.Err(); err != nil {
+		return f, err
+	}
+	return f, io.EOF
+}
+
+func (s *stream) Next() (protocoltest.Item, error) {
+	for len(s.pending) == 0 {
+		f, err := s.frame()
+		if err != nil {
+			return protocoltest.Item{}, err
+		}
+		s.pending = items(f)
+	}
+	it := s.pending[0]
+	s.pending = s.pending[1:]
+	return it, nil
+}
+
+// items is what one part shows, as the scenarios see it.
+func items(f sseFrame) []protocoltest.Item {
+	switch f.event {
+	case "end":
+		var p struct {
+			RunID string `json:"run_id"`
+		}
+		_ = json.Unmarshal(f.data, &p)
+		return []protocoltest.Item{{ID: "end:" + p.RunID, Cursor: f.id, Kind: protocoltest.KindIdle}}
+	case "metadata":
+		var p struct {
+			RunID string `json:"run_id"`
+		}
+		_ = json.Unmarshal(f.data, &p)
+		return []protocoltest.Item{{ID: "run:" + p.RunID, Cursor: f.id, Kind: protocoltest.KindOther}}
+	case "messages":
+		var tuple []map[string]any
+		_ = json.Unmarshal(f.data, &tuple)
+		if len(tuple) == 2 && tuple[0]["type"] == "AIMessageChunk" {
+			if c, _ := tuple[0]["content"].(string); c != "" {
+				return []protocoltest.Item{{Cursor: f.id, Kind: protocoltest.KindPreview, Text: c}}
+			}
+		}
+		return nil
+	case "updates":
+		var u map[string]json.RawMessage
+		_ = json.Unmarshal(f.data, &u)
+		var node struct {
+			Messages []map[string]any `json:"messages"`
+		}
+		switch {
+		case u["__interrupt__"] != nil:
+			var ints []struct {
+				ID string `json:"id"`
+			}
+			_ = json.Unmarshal(u["__interrupt__"], &ints)
+			it := protocoltest.Item{Cursor: f.id, Kind: protocoltest.KindApproval}
+			for _, in := range ints {
+				it.Refs = append(it.Refs, in.ID)
+			}
+			it.ID = "interrupt:" + strings.Join(it.Refs, ",")
+			return []protocoltest.Item{it}
+		case u["__start__"] != nil:
+			_ = json.Unmarshal(u["__start__"], &node)
+			return []protocoltest.Item{{ID: node.Messages[0]["id"].(string), Cursor: f.id, Kind: protocoltest.KindRunning}}
+		case u["tools"] != nil:
+			_ = json.Unmarshal(u["tools"], &node)
+			return []protocoltest.Item{{ID: "tools:" + node.Messages[0]["id"].(string), Cursor: f.id, Kind: protocoltest.KindOther}}
+		case u["model"] != nil:
+			_ = json.Unmarshal(u["model"], &node)
+			m := node.Messages[0]
+			it := protocoltest.Item{ID: m["id"].(string), Cursor: f.id, Kind: protocoltest.KindOther}
+			if c, _ := m["content"].(string); c != "" {
+				it.Kind, it.Text = protocoltest.KindText, c
+			}
+			return []protocoltest.Item{it}
+		}
+	}
+	return nil
+}
+
+func (s *stream) Close() error {
+	s.cancel()
+	return s.body.Close()
+}
