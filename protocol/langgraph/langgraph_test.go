@@ -331,3 +331,18 @@ func (s *stream) Close() error {
 	s.cancel()
 	return s.body.Close()
 }
+
+// TestNodeSDK drives the adapter with the official LangGraph SDK
+// (@langchain/langgraph-sdk's Client, pinned in testdata/node with a
+// lockfile) under node --test: assistants and threads; runs.stream in
+// values, updates and messages-tuple read back by getState and
+// getHistory; an interrupt answered by command.resume; a background run
+// joined from its start and from any event, the multitask strategies and
+// cancel; notes by input.inject and the notes route; the error shapes.
+// REIN_REQUIRE_NODE makes a missing node a failure (CI).
+func TestNodeSDK(t *testing.T) {
+	protocoltest.RunNode(t, "testdata/node", 6, func() []string {
+		srv := newServer(t)
+		return []string{"REIN_URL=" + srv.URL, "REIN_TOKEN=tok-alice"}
+	})
+}

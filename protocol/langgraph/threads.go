@@ -18,16 +18,12 @@ import (
 // readPage is how many events one read of a fold takes.
 const readPage = 1000
 
-// foldLog folds key's log after from into f, up to seq to (0: to the
-// log's end), and returns the seq it reached.
+// foldLog folds key's log in (from, to] into f and returns the seq it
+// reached.
 func (h *Handler) foldLog(ctx context.Context, key rein.SessionKey, f *fold, from, to int64) (int64, error) {
 	cursor := from
-	for to == 0 || cursor < to {
-		limit := readPage
-		if to > 0 {
-			limit = int(min(to-cursor, readPage))
-		}
-		evs, last, err := h.svc.ReadEvents(ctx, key, cursor, limit)
+	for cursor < to {
+		evs, last, err := h.svc.ReadEvents(ctx, key, cursor, int(min(to-cursor, readPage)))
 		if err != nil {
 			return cursor, err
 		}
