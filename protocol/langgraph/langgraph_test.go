@@ -15,6 +15,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/reinhq/rein"
 	"github.com/reinhq/rein/internal/reintest"
 	"github.com/reinhq/rein/protocol"
 	"github.com/reinhq/rein/protocol/langgraph"
@@ -345,4 +346,80 @@ func TestNodeSDK(t *testing.T) {
 		srv := newServer(t)
 		return []string{"REIN_URL=" + srv.URL, "REIN_TOKEN=tok-alice"}
 	})
+}
+
+// TestBadInput: every refused request answers LangGraph's {"detail"}
+// shape with its status (422 for a body that does not validate, naming
+// the field; 404 for an unknown thread, assistant or run; 409 for a busy
+// thread under reject and a resume with nothing to resume), and nothing of
+// it is applied: the thread's log is unchanged.
+func TestBadInput(t *testing.T) {
+	srv := newServer(t)
+	d := &driver{srv: srv, tokens: map[string]string{"alice": "tok-alice"}}
+	ctx := context.Background()
+	id, err := d.CreateSession(ctx, "alice")
+	if err != nil {
+		t.Fatal(err)
+	}
+	busy, err := d.CreateSession(ctx, "alice")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := d.Send(ctx, "alice", busy, "long busy"); err != nil {
+		t.Fatal(err)
+	}
+	msg := `"input":{"messages":[{"type":"human","content":"hi"}]}`
+	for _, tc := range []struct {
+		name, method, path, body string
+		status                   int
+		param                    string
+	}{
+		{"not json", "POST", "/threads/" + id + "/runs", `{`, 422, "body"},
+		{"no assistant", "POST", "/threads/" + id + "/runs", `{` + msg + `}`, 422, "assistant_id"},
+		{"unknown assistant", "POST", "/threads/" + id + "/runs", `{"assistant_id":"nobody",` + msg + `}`, 404, ""},
+		{"unknown thread", "POST", "/threads/nope/runs", `{"assistant_id":"default",` + msg + `}`, 404, ""},
+		{"no input", "POST", "/threads/" + id + "/runs", `{"assistant_id":"default"}`, 422, "input"},
+		{"input and resume", "POST", "/threads/" + id + "/runs", `{"assistant_id":"default",` + msg + `,"command":{"resume":true}}`, 422, "input"},
+		{"no human message", "POST", "/threads/" + id + "/runs/stream", `{"assistant_id":"default","input":{"messages":[{"type":"ai","content":"x"}]}}`, 422, "input.messages"},
+		{"image part", "POST", "/threads/" + id + "/runs/wait", `{"assistant_id":"default","input":{"messages":[{"type":"human","content":[{"type":"image_url","image_url":"x"}]}]}}`, 422, "input.messages[0].content[0]"},
+		{"bad strategy", "POST", "/threads/" + id + "/runs", `{"assistant_id":"default","multitask_strategy":"maybe",` + msg + `}`, 422, "multitask_strategy"},
+		{"bad stream mode", "POST", "/threads/" + id + "/runs/stream", `{"assistant_id":"default","stream_mode":["events"],` + msg + `}`, 422, "stream_mode"},
+		{"goto", "POST", "/threads/" + id + "/runs", `{"assistant_id":"default","command":{"goto":"model"}}`, 422, "command"},
+		{"interrupt_before", "POST", "/threads/" + id + "/runs", `{"assistant_id":"default","interrupt_before":["tools"],` + msg + `}`, 422, "interrupt_before"},
+		{"a fork", "POST", "/threads/" + id + "/runs", `{"assistant_id":"default","checkpoint_id":"1",` + msg + `}`, 422, "checkpoint_id"},
+		{"nothing to resume", "POST", "/threads/" + id + "/runs", `{"assistant_id":"default","command":{"resume":true}}`, 409, ""},
+		{"busy under reject", "POST", "/threads/" + busy + "/runs", `{"assistant_id":"default","multitask_strategy":"reject",` + msg + `}`, 409, ""},
+		{"unknown run", "GET", "/threads/" + id + "/runs/run_nope", ``, 404, ""},
+		{"cancel unknown run", "POST", "/threads/" + id + "/runs/run_nope/cancel", ``, 404, ""},
+		{"bad history limit", "POST", "/threads/" + id + "/history", `{"limit":0}`, 422, "limit"},
+		{"bad thread id", "POST", "/threads", `{"thread_id":"a b"}`, 422, "thread_id"},
+		{"empty note", "POST", "/threads/" + id + "/notes", `{"text":""}`, 422, "text"},
+		{"no route", "GET", "/store/items", ``, 404, ""},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			key := rein.SessionKey{Owner: "alice", ID: id}
+			_, before, _ := srv.Service.ReadEvents(ctx, key, 0, 1)
+			var body any
+			if tc.body != "" {
+				body = tc.body
+			}
+			_, err := d.do(ctx, "alice", tc.method, tc.path, body, nil)
+			he, ok := err.(*httpError)
+			if !ok || he.status != tc.status {
+				t.Fatalf("answer %v, want %d", err, tc.status)
+			}
+			var b struct{ Detail, Param string }
+			if err := json.Unmarshal([]byte(he.body), &b); err != nil || b.Detail == "" || b.Param != tc.param {
+				t.Fatalf("body %s, want a detail and param %q", he.body, tc.param)
+			}
+			if _, after, _ := srv.Service.ReadEvents(ctx, key, 0, 1); after != before {
+				t.Fatalf("the thread's log grew from %d to %d events", before, after)
+			}
+		})
+	}
+	// The busy thread holds its one run: the refused message started none.
+	runs, err := srv.Service.ListRuns(ctx, rein.SessionKey{Owner: "alice", ID: busy})
+	if err != nil || len(runs) != 1 {
+		t.Fatalf("busy thread's runs = %d (%v), want 1", len(runs), err)
+	}
 }
