@@ -12,8 +12,10 @@ import (
 	"io"
 	"net/http"
 	"net/url"
+	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/reinhq/rein"
 	"github.com/reinhq/rein/internal/reintest"
@@ -421,5 +423,82 @@ func TestBadInput(t *testing.T) {
 	runs, err := srv.Service.ListRuns(ctx, rein.SessionKey{Owner: "alice", ID: busy})
 	if err != nil || len(runs) != 1 {
 		t.Fatalf("busy thread's runs = %d (%v), want 1", len(runs), err)
+	}
+}
+
+// TestCancelRollback: runs.cancel with action rollback cancels exactly
+// that run and drops its turn from the thread's state (and, as a
+// when_busy rollback, from every later model request); the run reads
+// interrupted; a second rollback of it is a no-op; a queued run rolled
+// back is cancelled without ever joining the state.
+func TestCancelRollback(t *testing.T) {
+	srv := newServer(t)
+	d := &driver{srv: srv, tokens: map[string]string{"alice": "tok-alice"}}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	id, err := d.CreateSession(ctx, "alice")
+	if err != nil {
+		t.Fatal(err)
+	}
+	key := rein.SessionKey{Owner: "alice", ID: id}
+	if _, err := d.Send(ctx, "alice", id, "hello"); err != nil {
+		t.Fatal(err)
+	}
+	long, err := d.Send(ctx, "alice", id, "long rollback")
+	if err != nil {
+		t.Fatal(err)
+	}
+	queued, err := d.Send(ctx, "alice", id, "queued rollback")
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The long run is asleep in its tool: its turn is in the state.
+	for {
+		info, err := srv.Service.GetSession(ctx, key)
+		if err != nil {
+			t.Fatal(err)
+		}
+		evs, _, _ := srv.Service.ReadEvents(ctx, key, 0, 1000)
+		if slices.ContainsFunc(evs, func(e rein.Event) bool { return e.Type == rein.EventToolUse && e.RunID == long }) {
+			break
+		}
+		if err := srv.Service.WaitEvents(ctx, key, info.LastSeq); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, run := range []string{queued, long} {
+		if err := d.json(ctx, "alice", http.MethodPost, "/threads/"+id+"/runs/"+run+"/cancel?wait=1&action=rollback", nil, nil); err != nil {
+			t.Fatalf("rollback %s: %v", run, err)
+		}
+	}
+	out, err := srv.Service.WaitRun(ctx, key, long)
+	if err != nil || out.Status != rein.StatusCancelled || !out.RolledBack {
+		t.Fatalf("long run ended %+v (%v), want CANCELLED and rolled back", out, err)
+	}
+	if out, err := srv.Service.WaitRun(ctx, key, queued); err != nil || out.Status != rein.StatusCancelled {
+		t.Fatalf("queued run ended %+v (%v), want CANCELLED", out, err)
+	}
+	var state struct {
+		Values struct {
+			Messages []struct{ Type, Content string } `json:"messages"`
+		} `json:"values"`
+	}
+	if err := d.json(ctx, "alice", http.MethodGet, "/threads/"+id+"/state", nil, &state); err != nil {
+		t.Fatal(err)
+	}
+	var got []string
+	for _, m := range state.Values.Messages {
+		got = append(got, m.Type+": "+m.Content)
+	}
+	if want := []string{"human: hello", "ai: echo: hello"}; !slices.Equal(got, want) {
+		t.Fatalf("state messages %q, want %q", got, want)
+	}
+	var run struct{ Status string }
+	if err := d.json(ctx, "alice", http.MethodGet, "/threads/"+id+"/runs/"+long, nil, &run); err != nil || run.Status != "interrupted" {
+		t.Fatalf("run %+v (%v), want interrupted", run, err)
+	}
+	res, err := srv.Service.RollbackRun(ctx, key, long)
+	if err != nil || res.Accepted {
+		t.Fatalf("a second rollback: %+v (%v), want not accepted", res, err)
 	}
 }

@@ -879,8 +879,10 @@ func modesParam(v []string) json.RawMessage {
 }
 
 // cancelRun is POST /threads/{id}/runs/{run}/cancel?wait&action: a cancel
-// of exactly that run (action interrupt); with wait=1 the answer comes
-// once it has ended.
+// of exactly that run (action interrupt), or its rollback (action
+// rollback: cancelled, and its turn dropped from the thread's state and
+// from every later model request); with wait=1 the answer comes once it
+// has ended.
 func (h *Handler) cancelRun(w http.ResponseWriter, r *http.Request) {
 	q := r.URL.Query()
 	action := q.Get("action")
@@ -907,15 +909,13 @@ func (h *Handler) cancelRun(w http.ResponseWriter, r *http.Request) {
 	}
 	key := thread(r)
 	id := rec.ID
+	var err2 error
 	if action == "rollback" {
-		// Rein's rollback is when_busy's: a new message's run replaces the
-		// running one. A rollback of a run by itself is not (yet) one of
-		// its stops; nothing is applied.
-		h.writeError(w, r, rein.InvalidArgument("action", "action rollback is not supported on its own: send the next message with multitask_strategy rollback, or cancel with action interrupt"))
-		return
+		_, err2 = h.svc.RollbackRun(r.Context(), key, id)
+	} else {
+		_, err2 = h.svc.Interrupt(r.Context(), key, sessions.InterruptRequest{RunID: &id, Mode: rein.StopCancel})
 	}
-	req := sessions.InterruptRequest{RunID: &id, Mode: rein.StopCancel}
-	if _, err := h.svc.Interrupt(r.Context(), key, req); err != nil {
+	if err := err2; err != nil {
 		h.writeError(w, r, err)
 		return
 	}
