@@ -218,7 +218,13 @@ func (d *driver) Stream(ctx context.Context, owner, session, cursor string, prev
 		cancel()
 		return nil, err
 	}
-	return &stream{body: res.Body, cancel: cancel, sc: bufio.NewScanner(res.Body)}, nil
+	st := newStream(res)
+	st.cancel = cancel
+	return st, nil
+}
+
+func newStream(res *http.Response) *stream {
+	return &stream{body: res.Body, cancel: func() {}, sc: bufio.NewScanner(res.Body)}
 }
 
 type stream struct {
@@ -500,5 +506,82 @@ func TestCancelRollback(t *testing.T) {
 	res, err := srv.Service.RollbackRun(ctx, key, long)
 	if err != nil || res.Accepted {
 		t.Fatalf("a second rollback: %+v (%v), want not accepted", res, err)
+	}
+}
+
+// TestJoinStreamAnywhere: a finished run with a tool call, an approval and
+// two steps, joined after each of its parts' ids, gives exactly the parts
+// after that id — the parts a fold makes lazily (a step's model node ends
+// when the event after its calls is read) carry the same ids live and
+// replayed.
+func TestJoinStreamAnywhere(t *testing.T) {
+	srv := newServer(t)
+	d := &driver{srv: srv, tokens: map[string]string{"alice": "tok-alice"}}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	id, err := d.CreateSession(ctx, "alice")
+	if err != nil {
+		t.Fatal(err)
+	}
+	run, err := d.Send(ctx, "alice", id, "note the tea")
+	if err != nil {
+		t.Fatal(err)
+	}
+	key := rein.SessionKey{Owner: "alice", ID: id}
+	read := func(last string) []sseFrame {
+		t.Helper()
+		hdr := map[string]string{"Last-Event-ID": last}
+		res, err := d.do(ctx, "alice", http.MethodGet, "/threads/"+id+"/runs/"+run+"/stream?stream_mode=values&stream_mode=updates&stream_mode=messages-tuple", nil, hdr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer res.Body.Close()
+		st := newStream(res)
+		var out []sseFrame
+		for {
+			f, err := st.frame()
+			if err != nil {
+				return out
+			}
+			out = append(out, f)
+		}
+	}
+	// Live up to the interrupt, then answered, then whole.
+	live := read("-1")
+	if last := live[len(live)-1]; last.event != "values" || !strings.Contains(string(last.data), "__interrupt__") {
+		t.Fatalf("the live stream ended with %s %s, want the interrupt", last.event, last.data)
+	}
+	info, err := srv.Service.GetSession(ctx, key)
+	if err != nil || len(info.PendingConfirmations) != 1 {
+		t.Fatalf("pending = %v (%v)", info, err)
+	}
+	if _, err := srv.Service.ConfirmTool(ctx, key, sessions.ConfirmRequest{ToolUseID: info.PendingConfirmations[0].ToolUseID, Allow: true}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := srv.Service.WaitRun(ctx, key, run); err != nil {
+		t.Fatal(err)
+	}
+	all := read("-1")
+	show := func(fs []sseFrame) []string {
+		var out []string
+		for _, f := range fs {
+			if f.event != "metadata" {
+				out = append(out, f.id+" "+f.event+" "+string(f.data))
+			}
+		}
+		return out
+	}
+	// What the live stream showed before its interrupt is the replay's
+	// beginning, ids included.
+	if got, want := show(live[:len(live)-2]), show(all[:len(live)-2]); !slices.Equal(got, want) {
+		t.Fatalf("live %q\nreplay %q", got, want)
+	}
+	for i, f := range all {
+		if i+1 < len(all) && all[i+1].id == f.id {
+			continue // parts of one event: resume after the last
+		}
+		if got, want := show(read(f.id)), show(all[i+1:]); !slices.Equal(got, want) {
+			t.Fatalf("joined after %s: %q\nwant %q", f.id, got, want)
+		}
 	}
 }

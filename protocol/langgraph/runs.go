@@ -578,7 +578,7 @@ func (h *Handler) wait(w http.ResponseWriter, r *http.Request, key rein.SessionK
 	f := newFold(key.ID)
 	f.render(run, nil)
 	ctx := r.Context()
-	if _, err := h.foldLog(ctx, key, f, 0, from); err != nil {
+	if err := h.prime(ctx, key, f, from); err != nil {
 		h.writeError(w, r, err)
 		return
 	}
@@ -599,6 +599,27 @@ func (h *Handler) wait(w http.ResponseWriter, r *http.Request, key rein.SessionK
 	writeJSON(w, http.StatusOK, v)
 }
 
+// prime folds the log up to from silently: the state a stream or wait
+// starting there builds on. A step whose calls end at from ends there (the
+// parts of its model node were before the cursor).
+func (h *Handler) prime(ctx context.Context, key rein.SessionKey, f *fold, from int64) error {
+	if _, err := h.foldLog(ctx, key, f, 0, from); err != nil {
+		return err
+	}
+	run, step, ok := f.openCalls()
+	if !ok {
+		return nil
+	}
+	next, _, err := h.svc.ReadEvents(ctx, key, from, 1)
+	if err != nil {
+		return err
+	}
+	if len(next) == 0 || !(next[0].Type == rein.EventToolUse && next[0].RunID == run && stepOf(next[0]) == step) {
+		f.settle()
+	}
+	return nil
+}
+
 // follow folds the log after from into f until f's run ends or parks,
 // handing the frames of each read to write; between reads it waits for
 // the log to grow (through beat, which keeps a stream alive).
@@ -615,6 +636,9 @@ func (h *Handler) follow(ctx context.Context, key rein.SessionKey, f *fold, from
 		}
 		if len(evs) > 0 {
 			cursor = evs[len(evs)-1].Seq
+		}
+		if cursor >= last {
+			f.settle()
 		}
 		if !f.done && !f.all && cursor >= last {
 			ended, park, err := h.runState(ctx, key, f)
@@ -687,7 +711,7 @@ func (h *Handler) runState(ctx context.Context, key rein.SessionKey, f *fold) (e
 func (h *Handler) serve(w http.ResponseWriter, r *http.Request, key rein.SessionKey, run string, from int64, modes []string, announce bool) {
 	ctx := r.Context()
 	f := newFold(key.ID)
-	if _, err := h.foldLog(ctx, key, f, 0, from); err != nil {
+	if err := h.prime(ctx, key, f, from); err != nil {
 		h.writeError(w, r, err)
 		return
 	}

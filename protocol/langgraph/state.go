@@ -132,6 +132,18 @@ type step struct {
 	cutting bool
 	cut     string
 	redo    strings.Builder
+	// last is the seq of the step's last event: a step with calls ends
+	// there, whenever the fold learns it ended.
+	last int64
+}
+
+// stepOf is a tool_use's step.
+func stepOf(e rein.Event) int {
+	var p struct {
+		Step int `json:"step"`
+	}
+	_ = json.Unmarshal(e.Payload, &p)
+	return p.Step
 }
 
 // fold is a thread's state folded from its log; with a run and modes set
@@ -196,6 +208,11 @@ func (f *fold) emit(mode, event string, data any) {
 // event folds e in.
 func (f *fold) event(e rein.Event) {
 	f.seq, f.at = e.Seq, e.CreatedAt
+	if st := f.cur; st != nil && len(st.calls) > 0 && !(e.Type == rein.EventToolUse && e.RunID == st.run && stepOf(e) == st.n) {
+		// A step's calls are logged in one write: the first event after
+		// them ends its model node.
+		f.endStep()
+	}
 	switch e.Type {
 	case rein.EventToolResult, rein.EventMessage, rein.EventRunCompleted, rein.EventSupplementConsumed, rein.EventRunStarted:
 		// What follows a step's model output: its ai message is whole.
@@ -239,6 +256,7 @@ func (f *fold) event(e rein.Event) {
 		var p rein.MessageDeltaPayload
 		_ = json.Unmarshal(e.Payload, &p)
 		st := f.enter(e, p.Step)
+		st.last = e.Seq
 		f.delta(st, e.RunID, p.Text)
 	case rein.EventStepRestarted:
 		var p rein.StepRestartedPayload
@@ -254,6 +272,7 @@ func (f *fold) event(e rein.Event) {
 		var p rein.ToolUsePayload
 		_ = json.Unmarshal(e.Payload, &p)
 		st := f.enter(e, p.Step)
+		st.last = e.Seq
 		if st.cutting {
 			// The redo said less than the cut request showed; what it
 			// said is the message.
@@ -418,7 +437,31 @@ func (f *fold) endStep() {
 		f.open = append(f.open, c["id"].(string))
 	}
 	f.results = f.results[:0]
+	seq := f.seq
+	if len(st.calls) > 0 {
+		// Its checkpoint is as of its last call, read live or replayed.
+		f.seq = st.last
+	}
 	f.take("model", st.run, map[string]any{"model": map[string]any{"messages": []any{m.v}}})
+	f.seq = seq
+}
+
+// settle ends a step whose calls are logged once the fold has read to the
+// log's end (or to where the next event is not one of them): they were
+// logged in one write, so no other call of the step follows.
+func (f *fold) settle() {
+	if st := f.cur; st != nil && len(st.calls) > 0 {
+		f.endStep()
+	}
+}
+
+// openCalls reports whether the open step has calls (a fold that stopped
+// at a cursor must look at the next event to know whether the step ended).
+func (f *fold) openCalls() (run string, step int, ok bool) {
+	if st := f.cur; st != nil && len(st.calls) > 0 {
+		return st.run, st.n, true
+	}
+	return "", 0, false
 }
 
 // result adds a tool result; the tools node ends when every call of the
