@@ -10,6 +10,7 @@ import (
 	"github.com/reinhq/rein/protocol/agui"
 	"github.com/reinhq/rein/protocol/aisdk"
 	"github.com/reinhq/rein/protocol/anthropic"
+	"github.com/reinhq/rein/protocol/langgraph"
 	"github.com/reinhq/rein/sessions"
 )
 
@@ -32,6 +33,9 @@ var protocols = []struct {
 	}},
 	{"ag-ui", func(svc *sessions.Service, log *slog.Logger) []protocol.Mount {
 		return []protocol.Mount{agui.Mount(svc, agui.Options{Logger: log})}
+	}},
+	{"langgraph", func(svc *sessions.Service, log *slog.Logger) []protocol.Mount {
+		return []protocol.Mount{langgraph.Mount(svc, langgraph.Options{Logger: log})}
 	}},
 }
 

@@ -18,6 +18,7 @@ import (
 	"github.com/reinhq/rein/protocol/agui"
 	"github.com/reinhq/rein/protocol/aisdk"
 	"github.com/reinhq/rein/protocol/anthropic"
+	"github.com/reinhq/rein/protocol/langgraph"
 	"github.com/reinhq/rein/sessions"
 	"github.com/reinhq/rein/store"
 )
@@ -78,7 +79,7 @@ func isolationStack(t *testing.T) *stack {
 		Script: "testdata/isolation.yaml",
 		Tokens: map[string]string{alice: "alice", bob: "bob"},
 		Protocols: func(svc *sessions.Service) []protocol.Mount {
-			return []protocol.Mount{anthropic.Mount(svc, anthropic.Options{}), aisdk.Mount(svc, aisdk.Options{}), agui.Mount(svc, agui.Options{})}
+			return []protocol.Mount{anthropic.Mount(svc, anthropic.Options{}), aisdk.Mount(svc, aisdk.Options{}), agui.Mount(svc, agui.Options{}), langgraph.Mount(svc, langgraph.Options{})}
 		},
 	})
 	return &stack{t: t, st: ts.Store, svc: ts.Service, srv: ts.Handler, url: ts.URL}
@@ -88,7 +89,8 @@ func isolationStack(t *testing.T) *stack {
 // stack mounts, as "METHOD /prefix/path" patterns.
 func protocolRoutes() []string {
 	r := append(anthropic.New(nil, anthropic.Options{}).Routes(), aisdk.New(nil, aisdk.Options{}).Routes()...)
-	return append(r, agui.New(nil, agui.Options{}).Routes()...)
+	r = append(r, agui.New(nil, agui.Options{}).Routes()...)
+	return append(r, langgraph.New(nil, langgraph.Options{}).Routes()...)
 }
 
 // setupAlice gives alice one of each kind of id, every run in a state that
@@ -599,6 +601,9 @@ func TestIsolationMatrix(t *testing.T) {
 		cases[route] = run
 	}
 	for route, run := range aguiCases(t, m, a, sessions, calls) {
+		cases[route] = run
+	}
+	for route, run := range langgraphCases(t, m, a, sessions, runsOf, calls, sups) {
 		cases[route] = run
 	}
 	var routes []string

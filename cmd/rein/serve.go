@@ -90,7 +90,7 @@ func newServeFlags(std stdio) *serveFlags {
 		maxPending:     fs.Int("max-pending-writes", 0, "writes waiting for the store beyond which new runs and sessions are answered 503 with Retry-After (0: the store's writer queue size; negative: no bound)"),
 		wakeParents:    fs.Bool("wake-parents", false, "when a background subagent finishes, start a run of its parent session if the parent is idle, so it reacts to the subagent's note at once (default: the note waits for the parent's next message)"),
 		pprofAddr:      fs.String("pprof-addr", "", "loopback `HOST:PORT` on which to serve Go's profiles (/debug/pprof/) for diagnosing the server's CPU and memory (none: off)"),
-		protocols:      fs.String("protocols", strings.Join(app.Protocols(), ","), "comma-separated wire `PROTOCOLS` to serve beside the native API, each under its prefix: anthropic (/v1, the Claude Managed Agents sessions API), a2a (/a2a, A2A 1.0, and the default agent's card at /.well-known/agent-card.json), ai-sdk (/ai-sdk, the AI SDK useChat protocol), ag-ui (/ag-ui, AG-UI 1.0); none for none"),
+		protocols:      fs.String("protocols", strings.Join(app.Protocols(), ","), "comma-separated wire `PROTOCOLS` to serve beside the native API, each under its prefix: anthropic (/v1, the Claude Managed Agents sessions API), a2a (/a2a, A2A 1.0, and the default agent's card at /.well-known/agent-card.json), ai-sdk (/ai-sdk, the AI SDK useChat protocol), ag-ui (/ag-ui, AG-UI 1.0), langgraph (/langgraph, LangGraph's Agent Server API); none for none"),
 		logLevel:       newChoice("info", "debug", "info", "warn", "error"),
 		logFormat:      newChoice("text", "text", "json"),
 	}
