@@ -19,7 +19,6 @@ import (
 	"log/slog"
 	"net/http"
 	"slices"
-	"strings"
 	"time"
 
 	"github.com/reinhq/rein"
@@ -39,8 +38,7 @@ const (
 type Handler struct {
 	svc       *sessions.Service
 	log       *slog.Logger
-	mux       *http.ServeMux
-	routes    []string
+	routes    *protocol.Routes
 	heartbeat time.Duration
 }
 
@@ -61,11 +59,11 @@ func New(svc *sessions.Service, o Options) *Handler {
 	if o.Heartbeat <= 0 {
 		o.Heartbeat = defaultHeartbeat
 	}
-	h := &Handler{svc: svc, log: o.Logger, mux: http.NewServeMux(), heartbeat: o.Heartbeat}
-	h.route("POST /{agent}", h.runAgent)
-	h.route("POST /{agent}/threads/{thread}/runs/{run}/cancel", h.cancel)
-	h.route("GET /{agent}/threads/{thread}/stream", h.threadStream)
-	h.route("POST /{agent}/threads/{thread}/notes", h.note)
+	h := &Handler{svc: svc, log: o.Logger, routes: protocol.NewRoutes(Prefix), heartbeat: o.Heartbeat}
+	h.routes.Handle("POST /{agent}", h.withAgent(h.runAgent))
+	h.routes.Handle("POST /{agent}/threads/{thread}/runs/{run}/cancel", h.withAgent(h.cancel))
+	h.routes.Handle("GET /{agent}/threads/{thread}/stream", h.withAgent(h.threadStream))
+	h.routes.Handle("POST /{agent}/threads/{thread}/notes", h.withAgent(h.note))
 	return h
 }
 
@@ -74,28 +72,26 @@ func Mount(svc *sessions.Service, o Options) protocol.Mount {
 	return protocol.Mount{Name: "ag-ui", Prefix: Prefix, Adapter: New(svc, o)}
 }
 
-func (h *Handler) route(pattern string, f http.HandlerFunc) {
-	method, path, _ := strings.Cut(pattern, " ")
-	h.routes = append(h.routes, method+" "+Prefix+path)
-	h.mux.HandleFunc(method+" "+Prefix+path, func(w http.ResponseWriter, r *http.Request) {
+// withAgent answers a route only for a configured agent: {agent} names
+// one, and any other name is not found.
+func (h *Handler) withAgent(f http.HandlerFunc) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
 		if !slices.Contains(h.svc.AgentNames(), r.PathValue("agent")) {
 			h.writeError(w, r, rein.Errorf(rein.CodeNotFound, "no agent named %q", r.PathValue("agent")))
 			return
 		}
 		f(w, r)
-	})
+	}
 }
 
 // Routes lists what the adapter answers, as "METHOD /ag-ui/path" patterns.
-func (h *Handler) Routes() []string { return append([]string(nil), h.routes...) }
+func (h *Handler) Routes() []string { return h.routes.List() }
 
 // ServeHTTP answers a request under /ag-ui.
 func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
-	if _, pattern := h.mux.Handler(r); pattern == "" {
+	h.routes.Serve(w, r, func(w http.ResponseWriter, r *http.Request, _ bool) {
 		writeJSON(w, http.StatusNotFound, errorBody{Type: "RUN_ERROR", Code: string(rein.CodeNotFound), Message: "no route for " + r.Method + " " + r.URL.Path})
-		return
-	}
-	h.mux.ServeHTTP(w, r)
+	})
 }
 
 // Unauthenticated answers a request without a valid credential.

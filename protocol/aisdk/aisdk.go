@@ -19,7 +19,6 @@ import (
 	"errors"
 	"log/slog"
 	"net/http"
-	"strings"
 	"time"
 
 	"github.com/reinhq/rein"
@@ -41,8 +40,7 @@ const defaultHeartbeat = 15 * time.Second
 type Handler struct {
 	svc       *sessions.Service
 	log       *slog.Logger
-	mux       *http.ServeMux
-	routes    []string
+	routes    *protocol.Routes
 	heartbeat time.Duration
 }
 
@@ -63,11 +61,11 @@ func New(svc *sessions.Service, o Options) *Handler {
 	if o.Heartbeat <= 0 {
 		o.Heartbeat = defaultHeartbeat
 	}
-	h := &Handler{svc: svc, log: o.Logger, mux: http.NewServeMux(), heartbeat: o.Heartbeat}
-	h.route("POST /chat", h.postChat)
-	h.route("GET /chat/{id}/stream", h.resumeStream)
-	h.route("POST /chat/{id}/stop", h.stop)
-	h.route("POST /chat/{id}/notes", h.note)
+	h := &Handler{svc: svc, log: o.Logger, routes: protocol.NewRoutes(Prefix), heartbeat: o.Heartbeat}
+	h.routes.Handle("POST /chat", h.postChat)
+	h.routes.Handle("GET /chat/{id}/stream", h.resumeStream)
+	h.routes.Handle("POST /chat/{id}/stop", h.stop)
+	h.routes.Handle("POST /chat/{id}/notes", h.note)
 	return h
 }
 
@@ -76,31 +74,19 @@ func Mount(svc *sessions.Service, o Options) protocol.Mount {
 	return protocol.Mount{Name: "ai-sdk", Prefix: Prefix, Adapter: New(svc, o)}
 }
 
-func (h *Handler) route(pattern string, f http.HandlerFunc) {
-	method, path, _ := strings.Cut(pattern, " ")
-	h.routes = append(h.routes, method+" "+Prefix+path)
-	h.mux.HandleFunc(method+" "+Prefix+path, f)
-}
-
 // Routes lists what the adapter answers, as "METHOD /ai-sdk/path" patterns
 // (for docs and the tests that must cover every route).
-func (h *Handler) Routes() []string { return append([]string(nil), h.routes...) }
+func (h *Handler) Routes() []string { return h.routes.List() }
 
 // ServeHTTP answers a request under /ai-sdk.
 func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
-	if _, pattern := h.mux.Handler(r); pattern == "" {
-		for _, m := range []string{http.MethodGet, http.MethodPost} {
-			alt := *r
-			alt.Method = m
-			if _, p := h.mux.Handler(&alt); p != "" {
-				writeErr(w, http.StatusMethodNotAllowed, "invalid_argument", "method "+r.Method+" is not allowed on "+r.URL.Path, "")
-				return
-			}
+	h.routes.Serve(w, r, func(w http.ResponseWriter, r *http.Request, otherMethod bool) {
+		if otherMethod {
+			writeErr(w, http.StatusMethodNotAllowed, "invalid_argument", "method "+r.Method+" is not allowed on "+r.URL.Path, "")
+			return
 		}
 		writeErr(w, http.StatusNotFound, "not_found", "no route for "+r.Method+" "+r.URL.Path, "")
-		return
-	}
-	h.mux.ServeHTTP(w, r)
+	})
 }
 
 // Unauthenticated answers a request without a valid credential. The

@@ -20,7 +20,6 @@ import (
 	"errors"
 	"log/slog"
 	"net/http"
-	"strings"
 	"time"
 
 	"github.com/reinhq/rein"
@@ -39,8 +38,7 @@ const defaultMaxBody = 1 << 20
 type Handler struct {
 	svc       *sessions.Service
 	log       *slog.Logger
-	mux       *http.ServeMux
-	routes    []string
+	routes    *protocol.Routes
 	heartbeat time.Duration
 }
 
@@ -61,21 +59,21 @@ func New(svc *sessions.Service, o Options) *Handler {
 	if o.Heartbeat <= 0 {
 		o.Heartbeat = defaultHeartbeat
 	}
-	h := &Handler{svc: svc, log: o.Logger, mux: http.NewServeMux(), heartbeat: o.Heartbeat}
-	h.route("POST /sessions", h.createSession)
-	h.route("GET /sessions", h.listSessions)
-	h.route("GET /sessions/{id}", h.getSession)
-	h.route("POST /sessions/{id}", h.updateSession)
-	h.route("DELETE /sessions/{id}", h.deleteSession)
-	h.route("POST /sessions/{id}/archive", h.archiveSession)
-	h.route("POST /sessions/{id}/events", h.sendEvents)
-	h.route("GET /sessions/{id}/events", h.listEvents)
-	h.route("GET /sessions/{id}/events/stream", h.streamEvents)
-	h.route("GET /sessions/{id}/threads", h.listThreads)
-	h.route("GET /sessions/{id}/threads/{thread}", h.getThread)
-	h.route("POST /sessions/{id}/threads/{thread}/archive", h.archiveThread)
-	h.route("GET /sessions/{id}/threads/{thread}/events", h.listEvents)
-	h.route("GET /sessions/{id}/threads/{thread}/stream", h.streamEvents)
+	h := &Handler{svc: svc, log: o.Logger, routes: protocol.NewRoutes(Prefix), heartbeat: o.Heartbeat}
+	h.routes.Handle("POST /sessions", h.createSession)
+	h.routes.Handle("GET /sessions", h.listSessions)
+	h.routes.Handle("GET /sessions/{id}", h.getSession)
+	h.routes.Handle("POST /sessions/{id}", h.updateSession)
+	h.routes.Handle("DELETE /sessions/{id}", h.deleteSession)
+	h.routes.Handle("POST /sessions/{id}/archive", h.archiveSession)
+	h.routes.Handle("POST /sessions/{id}/events", h.sendEvents)
+	h.routes.Handle("GET /sessions/{id}/events", h.listEvents)
+	h.routes.Handle("GET /sessions/{id}/events/stream", h.streamEvents)
+	h.routes.Handle("GET /sessions/{id}/threads", h.listThreads)
+	h.routes.Handle("GET /sessions/{id}/threads/{thread}", h.getThread)
+	h.routes.Handle("POST /sessions/{id}/threads/{thread}/archive", h.archiveThread)
+	h.routes.Handle("GET /sessions/{id}/threads/{thread}/events", h.listEvents)
+	h.routes.Handle("GET /sessions/{id}/threads/{thread}/stream", h.streamEvents)
 	return h
 }
 
@@ -84,32 +82,20 @@ func Mount(svc *sessions.Service, o Options) protocol.Mount {
 	return protocol.Mount{Name: "anthropic", Prefix: Prefix, Adapter: New(svc, o)}
 }
 
-func (h *Handler) route(pattern string, f http.HandlerFunc) {
-	method, path, _ := strings.Cut(pattern, " ")
-	h.routes = append(h.routes, method+" "+Prefix+path)
-	h.mux.HandleFunc(method+" "+Prefix+path, f)
-}
-
 // Routes lists what the adapter answers, as "METHOD /v1/path" patterns
 // (for docs and the tests that must cover every route).
-func (h *Handler) Routes() []string { return append([]string(nil), h.routes...) }
+func (h *Handler) Routes() []string { return h.routes.List() }
 
 // ServeHTTP answers a request under /v1; anything no route matches is the
 // protocol's not_found_error (or a 405 for a known path).
 func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
-	if _, pattern := h.mux.Handler(r); pattern == "" {
-		for _, m := range []string{http.MethodGet, http.MethodPost, http.MethodDelete} {
-			alt := *r
-			alt.Method = m
-			if _, p := h.mux.Handler(&alt); p != "" {
-				writeErr(w, http.StatusMethodNotAllowed, "invalid_request_error", "method "+r.Method+" is not allowed on "+r.URL.Path, false)
-				return
-			}
+	h.routes.Serve(w, r, func(w http.ResponseWriter, r *http.Request, otherMethod bool) {
+		if otherMethod {
+			writeErr(w, http.StatusMethodNotAllowed, "invalid_request_error", "method "+r.Method+" is not allowed on "+r.URL.Path, false)
+			return
 		}
 		writeErr(w, http.StatusNotFound, "not_found_error", "no route for "+r.Method+" "+r.URL.Path, false)
-		return
-	}
-	h.mux.ServeHTTP(w, r)
+	})
 }
 
 // Unauthenticated answers a request without a valid credential.
