@@ -31,6 +31,12 @@ type RunOutcome struct {
 	RolledBack bool
 }
 
+// After is a cursor no later than the run's first event: the seq just
+// before its user.message, so that a reader of the log from After on sees
+// the whole run without searching for where it starts; 0 (the log's
+// start) for a repeat, whose run may be anywhere before.
+func (r MessageResult) After() int64 { return r.after }
+
 // Wait blocks until the run ends and returns its outcome: see
 // Service.WaitRun. Any number of callers may wait on one result, and
 // waiting again after the run ended answers at once with the same

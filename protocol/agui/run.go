@@ -79,10 +79,13 @@ func (h *Handler) runAgent(w http.ResponseWriter, r *http.Request) {
 		h.writeError(w, r, err)
 		return
 	}
-	from, err := h.runStart(r.Context(), key, res.RunID)
-	if err != nil {
-		h.writeError(w, r, err)
-		return
+	from := res.After()
+	if res.Repeat {
+		// A retried POST: its run's stream, from its first event.
+		if from, err = h.runStart(r.Context(), key, res.RunID); err != nil {
+			h.writeError(w, r, err)
+			return
+		}
 	}
 	h.serve(w, r, key, newRenderer(key.ID, res.RunID, *in.RunID), from, true)
 }

@@ -189,15 +189,15 @@ func (h *Handler) postChat(w http.ResponseWriter, r *http.Request) {
 		h.writeError(w, r, err)
 		return
 	}
-	// Everything the run writes from here on is after this cursor.
-	_, from, err := h.svc.ReadEvents(ctx, key, 0, 1)
-	if err != nil {
-		h.writeError(w, r, err)
-		return
-	}
 	var runID string
+	var from int64
 	switch {
 	case len(op.answers) > 0:
+		// Everything the run writes from here on is after this cursor.
+		if _, from, err = h.svc.ReadEvents(ctx, key, 0, 1); err != nil {
+			h.writeError(w, r, err)
+			return
+		}
 		runID, err = h.answer(ctx, key, op.answers)
 	default:
 		if op.regenerate {
@@ -214,7 +214,7 @@ func (h *Handler) postChat(w http.ResponseWriter, r *http.Request) {
 		}
 		var res sessions.MessageResult
 		res, err = h.svc.SendMessage(ctx, key, op.message)
-		runID = res.RunID
+		runID, from = res.RunID, res.After()
 		if err == nil && res.Repeat {
 			// A client id already used (a retried request): its run's
 			// stream, from its first event.
@@ -231,7 +231,7 @@ func (h *Handler) postChat(w http.ResponseWriter, r *http.Request) {
 // ensureChat creates the chat's session on first use. Another owner's
 // chat id is answered as a missing chat: not found.
 func (h *Handler) ensureChat(ctx context.Context, key rein.SessionKey, agent string) error {
-	_, err := h.svc.GetSession(ctx, key)
+	_, err := h.svc.Session(ctx, key)
 	if !errors.Is(err, rein.ErrNotFound) {
 		return err
 	}
