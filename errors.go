@@ -59,8 +59,11 @@ type Error struct {
 	// Param names the offending field for invalid_argument
 	// (e.g. "events[1].payload.run_id").
 	Param string
-	// RunID is the run holding the turn, for session_busy.
-	RunID string
+	// RunID is the run holding the turn, for session_busy; for a conflict
+	// about one run's state (an edit of a run that left the queue), that
+	// run, with its status in RunStatus.
+	RunID     string
+	RunStatus RunStatus
 	// Err is the underlying cause, for logs; it is never sent to clients.
 	Err error
 }

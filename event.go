@@ -31,6 +31,13 @@ const (
 	EventStepRestarted             EventType = "agent.step_restarted"
 	EventSubagentStarted           EventType = "subagent.started"
 	EventSubagentCompleted         EventType = "subagent.completed"
+	// EventRunEdited: a queued run's input was replaced (the editable
+	// queue, docs/api.md).
+	EventRunEdited EventType = "session.run_edited"
+	// EventQueueChanged: the session's queue changed (a run admitted into
+	// it, leaving it, moved or promoted); the payload is the whole new
+	// order.
+	EventQueueChanged EventType = "session.queue_changed"
 )
 
 // Event is one record of a session's append-only log.
@@ -274,6 +281,18 @@ type UserMessagePayload struct {
 type RunQueuedPayload struct {
 	RunID    string `json:"run_id"`
 	Position int    `json:"position"`
+}
+
+// RunEditedPayload is the payload of session.run_edited.
+type RunEditedPayload struct {
+	RunID string `json:"run_id"`
+	Text  string `json:"text"`
+}
+
+// QueueChangedPayload is the payload of session.queue_changed: the
+// session's queued run ids in the order they will run (never null).
+type QueueChangedPayload struct {
+	Queued []string `json:"queued"`
 }
 
 // RunStartedPayload is the payload of session.run_started.

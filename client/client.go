@@ -123,8 +123,11 @@ type Error struct {
 	// Param names the offending field of an invalid_argument error
 	// (e.g. "events[0].payload.text").
 	Param string
-	// RunID is the run holding the session's turn, for session_busy.
-	RunID string
+	// RunID is the run holding the session's turn, for session_busy; for
+	// the conflict of an edit or promote of a run no longer queued, that
+	// run, with its status in RunStatus.
+	RunID     string
+	RunStatus rein.RunStatus
 }
 
 func (e *Error) Error() string {
@@ -135,7 +138,9 @@ func (e *Error) Error() string {
 	if e.Param != "" {
 		msg += " (" + e.Param + ")"
 	}
-	if e.RunID != "" {
+	if e.RunID != "" && e.RunStatus != "" {
+		msg += " (run " + e.RunID + " is " + string(e.RunStatus) + ")"
+	} else if e.RunID != "" {
 		msg += " (run " + e.RunID + ")"
 	}
 	return msg
@@ -145,16 +150,17 @@ func (e *Error) Error() string {
 // rein sentinels, errors.As into *rein.Error and rein.CodeOf all work on a
 // client error the way they do on the server's own errors.
 func (e *Error) Unwrap() error {
-	return &rein.Error{Code: e.Code, Message: e.Message, Param: e.Param, RunID: e.RunID}
+	return &rein.Error{Code: e.Code, Message: e.Message, Param: e.Param, RunID: e.RunID, RunStatus: e.RunStatus}
 }
 
 // errorBody is the JSON shape of every non-2xx answer.
 type errorBody struct {
 	Error *struct {
-		Code    rein.Code `json:"code"`
-		Message string    `json:"message"`
-		Param   string    `json:"param"`
-		RunID   string    `json:"run_id"`
+		Code    rein.Code      `json:"code"`
+		Message string         `json:"message"`
+		Param   string         `json:"param"`
+		RunID   string         `json:"run_id"`
+		Status  rein.RunStatus `json:"status"`
 	} `json:"error"`
 	// Results are the results of the events applied before the one that
 	// failed (POST events only).
@@ -192,7 +198,7 @@ func readError(resp *http.Response) (*Error, []json.RawMessage) {
 	e := &Error{Status: resp.StatusCode}
 	var body errorBody
 	if err := json.Unmarshal(b, &body); err == nil && body.Error != nil && body.Error.Code != "" {
-		e.Code, e.Message, e.Param, e.RunID = body.Error.Code, body.Error.Message, body.Error.Param, body.Error.RunID
+		e.Code, e.Message, e.Param, e.RunID, e.RunStatus = body.Error.Code, body.Error.Message, body.Error.Param, body.Error.RunID, body.Error.Status
 		return e, body.Results
 	}
 	e.Code = codeForStatus(resp.StatusCode)

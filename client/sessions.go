@@ -215,6 +215,50 @@ type Run struct {
 	StartedAt *time.Time `json:"started_at"`
 	// EndedAt is when it reached its terminal state (nil until then).
 	EndedAt *time.Time `json:"ended_at"`
+	// Input is the text that started the run, as last edited.
+	Input string `json:"input"`
+	// ClientID is the client_id its user.message carried ("" for none).
+	ClientID string `json:"client_id"`
+	// Position is a queued run's place in the queue (1 = next), 0 for a
+	// run that is not queued.
+	Position int `json:"position"`
+}
+
+// EditRunRequest edits a queued run. Nil fields are left as they are.
+type EditRunRequest struct {
+	// Text replaces the run's input (non-empty).
+	Text *string `json:"text,omitempty"`
+	// Position moves it in the queue: 1 = next; beyond the end, last.
+	Position *int `json:"position,omitempty"`
+}
+
+// EditRun replaces a queued run's input and/or moves it in the queue, and
+// returns the run as edited. A run that has left the queue answers a
+// conflict (errors.Is(err, rein.ErrConflict)) whose *Error carries the
+// run's RunID and RunStatus, e.g. RUNNING: it already started, with its
+// text as it was.
+func (c *Client) EditRun(ctx context.Context, sessionID, runID string, req EditRunRequest) (*Run, error) {
+	var r Run
+	if err := c.do(ctx, http.MethodPatch, sessionPath(sessionID, "runs", url.PathEscape(runID)), nil, req, &r, nil); err != nil {
+		return nil, err
+	}
+	return &r, nil
+}
+
+// PromoteRun sends a queued run now: the session's current run is stopped
+// as a user.message with when_busy mode would stop it (rein.WhenBusyInterrupt,
+// the default for "", or rein.WhenBusyRollback) and this run runs next. It
+// returns the run (Position 1). A run no longer queued answers a conflict
+// as for EditRun.
+func (c *Client) PromoteRun(ctx context.Context, sessionID, runID string, mode rein.WhenBusy) (*Run, error) {
+	body := struct {
+		Mode rein.WhenBusy `json:"mode,omitempty"`
+	}{mode}
+	var r Run
+	if err := c.do(ctx, http.MethodPost, sessionPath(sessionID, "runs", url.PathEscape(runID), "promote"), nil, body, &r, nil); err != nil {
+		return nil, err
+	}
+	return &r, nil
 }
 
 // ListRuns lists a session's runs, newest first.

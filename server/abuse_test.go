@@ -267,6 +267,12 @@ func everyRoute(t *testing.T, srv *server.Server, sid, runID string) []request {
 		"GET /api/sessions/{id}/subagents":     {{method: "GET", path: "/api/sessions/" + sid + "/subagents"}},
 		"GET /api/sessions/{id}/runs":          {{method: "GET", path: "/api/sessions/" + sid + "/runs"}},
 		"GET /api/sessions/{id}/runs/{run_id}": {{method: "GET", path: "/api/sessions/" + sid + "/runs/" + runID}},
+		"PATCH /api/sessions/{id}/runs/{run_id}": {
+			{method: "PATCH", path: "/api/sessions/" + sid + "/runs/" + runID, body: `{"text":"edited","position":1}`},
+		},
+		"POST /api/sessions/{id}/runs/{run_id}/promote": {
+			{method: "POST", path: "/api/sessions/" + sid + "/runs/" + runID + "/promote", body: `{"mode":"rollback"}`},
+		},
 		"GET /api/sessions/{id}/events":        {{method: "GET", path: "/api/sessions/" + sid + "/events?after=1"}},
 		"GET /api/sessions/{id}/events/stream": {{method: "GET", path: "/api/sessions/" + sid + "/events/stream", lastEventID: "1"}},
 		"POST /api/sessions/{id}/events": {

@@ -19,6 +19,9 @@ type errorBody struct {
 	Message string    `json:"message"`
 	Param   string    `json:"param,omitempty"`
 	RunID   string    `json:"run_id,omitempty"`
+	// Status is the status of the run a conflict is about (an edit or a
+	// promote of a run that has left the queue), with its run_id.
+	Status rein.RunStatus `json:"status,omitempty"`
 	// RequestID is the request's X-Request-Id: the key to the server's log
 	// line that holds what the message leaves out.
 	RequestID string `json:"request_id,omitempty"`
@@ -49,6 +52,9 @@ func publicError(err error) (int, errorBody) {
 	body := errorBody{Code: re.Code, Param: re.Param}
 	if re.Code == rein.CodeSessionBusy {
 		body.RunID = re.RunID
+	}
+	if re.Code == rein.CodeConflict && re.RunStatus != "" {
+		body.RunID, body.Status = re.RunID, re.RunStatus
 	}
 	if re.Code == rein.CodeUnavailable && foreignCause(re) {
 		body.Message = msgUnavailable

@@ -111,13 +111,25 @@ type runJSON struct {
 	CreatedAt string         `json:"created_at"`
 	StartedAt *string        `json:"started_at"`
 	EndedAt   *string        `json:"ended_at"`
+	// Input is the text that started the run, as last edited.
+	Input string `json:"input"`
+	// ClientID is the user.message's client_id, null when none was given.
+	ClientID *string `json:"client_id"`
+	// Position is a queued run's place in the queue (1 = next), else null.
+	Position *int `json:"position"`
 	// Error is a FAILED run's error message (an addition to the SPEC's
 	// keys, present only then).
 	Error string `json:"error,omitempty"`
 }
 
-func toRunJSON(r *store.RunRecord) runJSON {
-	out := runJSON{RunID: r.ID, Status: r.Status, CreatedAt: rein.FormatTime(r.CreatedAt), Error: r.Error}
+// toRunJSON is r as the runs item shows it; pos is its place in the queue
+// (0: not queued).
+func toRunJSON(r *store.RunRecord, pos int) runJSON {
+	out := runJSON{RunID: r.ID, Status: r.Status, CreatedAt: rein.FormatTime(r.CreatedAt), Error: r.Error,
+		Input: r.Input, ClientID: optional(r.ClientID)}
+	if pos > 0 && r.Status == rein.StatusQueued {
+		out.Position = &pos
+	}
 	if r.Reason != "" {
 		reason := r.Reason
 		out.Reason = &reason
@@ -437,9 +449,10 @@ func (s *Server) listRuns(w http.ResponseWriter, r *http.Request) {
 		s.writeError(w, r, err, nil)
 		return
 	}
+	pos := sessions.QueuePositions(runs)
 	out := make([]runJSON, 0, len(runs))
 	for _, run := range runs {
-		out = append(out, toRunJSON(run))
+		out = append(out, toRunJSON(run, pos[run.ID]))
 	}
 	writeJSON(w, http.StatusOK, map[string]any{"runs": out})
 }
@@ -453,7 +466,89 @@ func (s *Server) getRun(w http.ResponseWriter, r *http.Request) {
 		s.writeError(w, r, err, nil)
 		return
 	}
-	writeJSON(w, http.StatusOK, toRunJSON(run))
+	pos := 0
+	if run.Status == rein.StatusQueued {
+		// Its place is among the session's queued runs: one more read,
+		// only for a queued run.
+		runs, err := s.svc.ListRuns(r.Context(), key)
+		if err != nil {
+			s.writeError(w, r, err, nil)
+			return
+		}
+		pos = sessions.QueuePositions(runs)[run.ID]
+	}
+	writeJSON(w, http.StatusOK, toRunJSON(run, pos))
+}
+
+// editRun is PATCH /api/sessions/{id}/runs/{run_id} {"text"?, "position"?}:
+// an edit of a queued run (docs/api.md, the editable queue).
+func (s *Server) editRun(w http.ResponseWriter, r *http.Request) {
+	runID := r.PathValue("run_id")
+	infoOf(r.Context()).run = runID
+	body, err := readBody(w, r)
+	if err != nil {
+		s.writeError(w, r, err, nil)
+		return
+	}
+	var req sessions.EditRunRequest
+	p, err := bodyObject(body)
+	if err == nil {
+		req.Text, err = p.str("text", false, true)
+	}
+	if err == nil {
+		req.Position, err = positionField(p)
+	}
+	if err != nil {
+		s.writeError(w, r, err, nil)
+		return
+	}
+	out, err := s.svc.EditRun(r.Context(), sessionKey(r), runID, req)
+	if err != nil {
+		s.writeError(w, r, err, nil)
+		return
+	}
+	writeJSON(w, http.StatusOK, toRunJSON(out.Run, out.Position))
+}
+
+// positionField reads an optional "position": an integer ≥ 1.
+func positionField(p payload) (*int, error) {
+	raw, ok := p.present("position")
+	if !ok {
+		return nil, nil
+	}
+	var n int
+	if c := kind(raw); !(c == '-' || c >= '0' && c <= '9') || json.Unmarshal(raw, &n) != nil || n < 1 {
+		return nil, rein.InvalidArgument("position", "position must be an integer ≥ 1 (1 = next)")
+	}
+	return &n, nil
+}
+
+// promoteRun is POST /api/sessions/{id}/runs/{run_id}/promote {"mode"?}:
+// "send now" — the current run stopped as when_busy of that mode would
+// stop it, and this queued run next.
+func (s *Server) promoteRun(w http.ResponseWriter, r *http.Request) {
+	runID := r.PathValue("run_id")
+	infoOf(r.Context()).run = runID
+	body, err := readBody(w, r)
+	if err != nil {
+		s.writeError(w, r, err, nil)
+		return
+	}
+	var mode string
+	p, err := bodyObject(body)
+	if err == nil {
+		mode, err = p.enum("mode", string(rein.WhenBusyInterrupt), string(rein.WhenBusyRollback))
+	}
+	if err != nil {
+		s.writeError(w, r, err, nil)
+		return
+	}
+	out, err := s.svc.PromoteRun(r.Context(), sessionKey(r), runID, rein.WhenBusy(mode))
+	if err != nil {
+		s.writeError(w, r, err, nil)
+		return
+	}
+	writeJSON(w, http.StatusOK, toRunJSON(out.Run, out.Position))
 }
 
 // ------------------------------------------------------------------ events

@@ -530,6 +530,32 @@ func TestIsolationMatrix(t *testing.T) {
 				})
 			}
 		},
+		"PATCH /api/sessions/{id}/runs/{run_id}": func() {
+			// Her queued run above all: an edit must neither change its
+			// text nor move it, nor say that it exists.
+			for _, r := range runsOf {
+				for _, body := range []string{`{"text":"bob's text","position":1}`, `{"position":2}`, `{}`} {
+					m.pair("PATCH a "+r.kind+" in its session", r.session, func(x, _ string) request {
+						return request{method: "PATCH", path: "/api/sessions/" + x + "/runs/" + r.run, body: body}
+					})
+					m.pair("PATCH a "+r.kind+" in bob's session", r.run, func(x, b string) request {
+						return request{method: "PATCH", path: "/api/sessions/" + b + "/runs/" + x, body: body}
+					})
+				}
+			}
+		},
+		"POST /api/sessions/{id}/runs/{run_id}/promote": func() {
+			for _, r := range runsOf {
+				for _, body := range []string{`{}`, `{"mode":"rollback"}`} {
+					m.pair("promote a "+r.kind+" in its session", r.session, func(x, _ string) request {
+						return request{method: "POST", path: "/api/sessions/" + x + "/runs/" + r.run + "/promote", body: body}
+					})
+					m.pair("promote a "+r.kind+" in bob's session", r.run, func(x, b string) request {
+						return request{method: "POST", path: "/api/sessions/" + b + "/runs/" + x + "/promote", body: body}
+					})
+				}
+			}
+		},
 		"POST /api/sessions/{id}/events": func() {
 			for _, ss := range sessions {
 				for name, body := range eventBodies {

@@ -214,6 +214,43 @@ func TestOpenAPIMatchesServer(t *testing.T) {
 		api.check(t, c.method, c.pattern, r)
 	}
 
+	// The editable queue: the batch above queued a run behind the running
+	// one; edits and promotes answer the documented shapes, the conflict
+	// of a run that is no longer queued included.
+	running = s.send("tok", sid, "long C", afterRun)["run_id"].(string)
+	s.waitEvent("tok", sid, is(rein.EventToolUse, running))
+	q := s.send("tok", sid, "queued behind C", map[string]any{"when_busy": "enqueue", "client_id": "c2"})
+	if q["status"] != "QUEUED" {
+		t.Fatalf("the queued run: %v", q)
+	}
+	queuedID := q["run_id"].(string)
+	queued := sess + "/runs/" + queuedID
+	for _, c := range []call{
+		{"PATCH", "/api/sessions/{id}/runs/{run_id}", queued, `{"text":"queued, edited","position":1}`, 200},
+		{"PATCH", "/api/sessions/{id}/runs/{run_id}", queued, `{}`, 200},
+		{"PATCH", "/api/sessions/{id}/runs/{run_id}", queued, `{"position":0}`, 400},
+		{"PATCH", "/api/sessions/{id}/runs/{run_id}", queued, `{"text":""}`, 400},
+		{"PATCH", "/api/sessions/{id}/runs/{run_id}", sess + "/runs/" + running, `{"text":"too late"}`, 409},
+		{"PATCH", "/api/sessions/{id}/runs/{run_id}", sess + "/runs/run_missing", `{"text":"x"}`, 404},
+		{"POST", "/api/sessions/{id}/runs/{run_id}/promote", queued + "/promote", `{"mode":"sideways"}`, 400},
+		{"POST", "/api/sessions/{id}/runs/{run_id}/promote", sess + "/runs/run_missing/promote", nil, 404},
+		{"POST", "/api/sessions/{id}/runs/{run_id}/promote", sess + "/runs/" + done + "/promote", nil, 409},
+		{"POST", "/api/sessions/{id}/runs/{run_id}/promote", queued + "/promote", `{"mode":"rollback"}`, 200},
+	} {
+		r := s.do(c.method, c.path, "tok", c.body)
+		if r.status != c.want {
+			t.Fatalf("%s %s %v: %d, want %d: %s", c.method, c.path, c.body, r.status, c.want, r.body)
+		}
+		api.check(t, c.method, c.pattern, r)
+		if c.want == 409 {
+			e := r.json(t)["error"].(map[string]any)
+			if e["code"] != "conflict" || e["run_id"] == nil || e["status"] == nil {
+				t.Fatalf("the conflict of a run no longer queued: %s", r.body)
+			}
+		}
+	}
+	s.completion("tok", sid, queuedID)
+
 	// session_busy carries run_id in the documented shape.
 	s.results("tok", sid, ev("user.interrupt", map[string]any{"mode": "cancel"}))
 	other := s.createSession("tok")
@@ -271,6 +308,10 @@ func TestOpenAPIMatchesServer(t *testing.T) {
 		{rein.EventToolResult, `{"run_id":"run_1","tool_use_id":"call_1","output":"x","is_error":false,"in_doubt":false}`, false},
 		{rein.EventRunCompleted, `{"run_id":"run_1","status":"CANCELLED","reason":"cancelled","rolled_back":false}`, false},
 		{rein.EventRunCompleted, `{"run_id":"run_1","status":"RUNNING","reason":"stop"}`, false},
+		{rein.EventQueueChanged, `{"queued":["run_1","run_2"]}`, true},
+		{rein.EventQueueChanged, `{"queued":null}`, false},
+		{rein.EventRunEdited, `{"run_id":"run_1","text":"new"}`, true},
+		{rein.EventRunEdited, `{"run_id":"run_1"}`, false},
 	} {
 		e := rein.Event{Seq: 1, ID: "evt_1", SessionID: "ses_1", RunID: "run_1", Type: c.typ, Payload: json.RawMessage(c.payload), CreatedAt: time.Now()}
 		j, _ := e.MarshalJSON()

@@ -225,6 +225,8 @@ func New(cfg Config) (*Server, error) {
 	s.handle("GET", "/api/sessions/{id}/subagents", false, s.listSubagents)
 	s.handle("GET", "/api/sessions/{id}/runs", false, s.listRuns)
 	s.handle("GET", "/api/sessions/{id}/runs/{run_id}", false, s.getRun)
+	s.handle("PATCH", "/api/sessions/{id}/runs/{run_id}", false, s.editRun)
+	s.handle("POST", "/api/sessions/{id}/runs/{run_id}/promote", false, s.promoteRun)
 	s.handle("POST", "/api/sessions/{id}/events", false, s.postEvents)
 	s.handle("GET", "/api/sessions/{id}/events", false, s.listEvents)
 	s.handle("GET", "/api/sessions/{id}/events/stream", false, s.streamEvents)

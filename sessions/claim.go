@@ -170,7 +170,8 @@ func (lc *lifecycle) claimNext(ctx context.Context, key rein.SessionKey, waiting
 		if err := tx.AppendHistory(inputMessage(rec)); err != nil {
 			return err
 		}
-		if _, err := tx.AppendEvents(rein.NewEvent(rein.EventRunStarted, rec.ID, rein.RunStartedPayload{RunID: rec.ID})); err != nil {
+		if _, err := tx.AppendEvents(rein.NewEvent(rein.EventRunStarted, rec.ID, rein.RunStartedPayload{RunID: rec.ID}),
+			queueChanged(ids(active[1:]))); err != nil {
 			return err
 		}
 		c.rec, c.lease, c.local = rec, l, local[q.ID]

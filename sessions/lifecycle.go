@@ -18,7 +18,8 @@ import (
 // session at a boundary that claimNext completes, and a reader finds every
 // write a run makes in this file (claimNext, the claim, in claim.go).
 //
-//	admit     run record + user.message (+ session.run_queued), or, when the
+//	admit     run record + user.message (+ session.run_queued +
+//	          session.queue_changed), or, when the
 //	          turn is free, the run claimed at once (+ lease, RUNNING, input
 //	          in the transcript, session.run_started), or, when a stop by
 //	          its client id came first, the run created ended (+
@@ -26,7 +27,8 @@ import (
 //	          untitled session titled by it
 //	claimNext the session's next run: a lost run resumed (lease taken over,
 //	          in-doubt results) or failed "instance lost", a queued run
-//	          claimed (lease, RUNNING, input, session.run_started), an
+//	          claimed (lease, RUNNING, input, session.run_started,
+//	          session.queue_changed), an
 //	          expired one ended timeout
 //	consume   supplements consumed + their hints + agent.supplement_consumed
 //	saveStep  a step's assistant message + agent.tool_use + confirmations
@@ -42,7 +44,12 @@ import (
 //	          user.interrupt (Service.interruptByClientID)
 //	end       the user.interrupt of its stops still owed to the log + the
 //	          closing messages and events + terminal record + closed
-//	          confirmations + session.run_completed + lease release
+//	          confirmations + session.run_completed (+ session.queue_changed
+//	          for a run that was queued) + lease release
+//	edit      a queued run's new input (session.run_edited) and/or its new
+//	          place (queue orders + session.queue_changed) (queue.go)
+//	promote   a queued run first in the queue + the current run's durable
+//	          stop + session.queue_changed (queue.go)
 type lifecycle struct {
 	st             store.Store
 	instance       string
@@ -191,7 +198,7 @@ func (lc *lifecycle) admit(ctx context.Context, key rein.SessionKey, req Message
 			rec.Deadline = now.Add(req.Timeout)
 		}
 		// The message and the run's start or its place in the queue.
-		evs := make([]rein.Event, 1, 2)
+		evs := make([]rein.Event, 1, 3)
 		evs[0] = rein.NewEvent(rein.EventUserMessage, rec.ID, rein.UserMessagePayload{Text: req.Text, RunID: rec.ID})
 		if !busy {
 			l, err := tx.AcquireLease(lc.instance, rec.ID, lc.ttl)
@@ -215,7 +222,8 @@ func (lc *lifecycle) admit(ctx context.Context, key rein.SessionKey, req Message
 			if front {
 				pos = 1
 			}
-			evs = append(evs, rein.NewEvent(rein.EventRunQueued, rec.ID, rein.RunQueuedPayload{RunID: rec.ID, Position: pos}))
+			evs = append(evs, rein.NewEvent(rein.EventRunQueued, rec.ID, rein.RunQueuedPayload{RunID: rec.ID, Position: pos}),
+				queueChanged(queueWith(active, rec)))
 		}
 		// An untitled session is named by its first message, in the
 		// message's own write.
@@ -561,6 +569,14 @@ func (lc *lifecycle) writeEnd(tx store.Tx, r *store.RunRecord, es *endState, now
 	}
 	evs = append(evs, rein.NewEvent(rein.EventRunCompleted, r.ID, rein.RunCompletedPayload{
 		RunID: r.ID, Status: status, Reason: es.reason, Error: es.errText, RolledBack: rolled}))
+	if r.Status == rein.StatusQueued {
+		// It leaves the queue (cancelled, expired): the queue as it is now.
+		queue, err := tx.Runs(rein.StatusQueued)
+		if err != nil {
+			return nil, err
+		}
+		evs = append(evs, queueChanged(ids(queue)))
+	}
 	if _, err := tx.AppendEvents(evs...); err != nil {
 		return nil, err
 	}

@@ -336,7 +336,13 @@ func (s Stop) Outranks(cur Stop) bool { return s.rank() > cur.rank() }
 
 // RunUpdate changes a run record. Zero fields are left unchanged.
 type RunUpdate struct {
-	Status     rein.RunStatus
+	Status rein.RunStatus
+	// Input replaces the run's input text (an edit of a queued run). Only
+	// a QUEUED run's input may change: UpdateRun refuses it for a run in
+	// any other status with rein.ErrConflict and the stored record,
+	// writing nothing — a run never starts with one text and is then
+	// shown with another (docs/api.md, the editable queue).
+	Input      string
 	Reason     rein.Reason
 	Error      string
 	QueueOrder *int64
@@ -357,6 +363,9 @@ func (u RunUpdate) Apply(r *RunRecord, norm func(time.Time) time.Time) {
 	}
 	if u.Status != "" {
 		r.Status = u.Status
+	}
+	if u.Input != "" {
+		r.Input = u.Input
 	}
 	if u.Reason != "" {
 		r.Reason = u.Reason
@@ -643,7 +652,8 @@ type Tx interface {
 	// UpdateRun applies u to the run and returns the record after the
 	// update (the fence is the Update's). A terminal run MUST NOT change:
 	// updating one returns the stored record, unchanged, with
-	// rein.ErrConflict (first terminal wins, across processes).
+	// rein.ErrConflict (first terminal wins, across processes). Likewise
+	// an update with an Input of a run that is not QUEUED (RunUpdate.Input).
 	UpdateRun(runID string, u RunUpdate) (*RunRecord, error)
 
 	// History returns the session's whole transcript, in order (as

@@ -49,6 +49,10 @@ func (t eventText) status(e rein.Event) string {
 		}
 	case rein.EventRunStarted:
 		return t.run(e.RunID) + " running"
+	case rein.EventRunEdited:
+		if p, ok := decode[rein.RunEditedPayload](e); ok {
+			return t.run(e.RunID) + " edited while queued: " + oneLine(p.Text, 200)
+		}
 	case rein.EventToolUse:
 		if p, ok := decode[rein.ToolUsePayload](e); ok {
 			return "tool " + p.Name + " " + oneLine(compact(p.Input), 200)
@@ -146,6 +150,8 @@ var logKeys = map[rein.EventType][]string{
 	rein.EventStepRestarted:             {"step", "attempt"},
 	rein.EventSubagentStarted:           {"child_id", "task_id"},
 	rein.EventSubagentCompleted:         {"child_id", "task_id", "status", "reason", "output"},
+	rein.EventRunEdited:                 {"text"},
+	rein.EventQueueChanged:              {"queued"},
 }
 
 // logLine renders an event as one line of the session's log:

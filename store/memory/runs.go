@@ -86,6 +86,9 @@ func (t *tx) UpdateRun(runID string, u store.RunUpdate) (*store.RunRecord, error
 	if rec.Status.Terminal() {
 		return cloneRun(rec), rein.Errorf(rein.CodeConflict, "run %q has already ended (%s)", runID, rec.Status)
 	}
+	if u.Input != "" && rec.Status != rein.StatusQueued {
+		return cloneRun(rec), rein.Errorf(rein.CodeConflict, "run %q is no longer queued (%s): its input cannot change", runID, rec.Status)
+	}
 	old := *rec
 	u.Apply(rec, norm)
 	t.onUndo(func() { *rec = old })

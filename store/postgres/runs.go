@@ -98,7 +98,7 @@ func scanBool(row pgx.Row) (bool, error) {
 // updateRunSQL applies a RunUpdate to a run that is not terminal. Zero
 // fields keep the stored value, exactly as store.RunUpdate.Apply does
 // (TestUpdateRunMatchesApply holds the two together). No row means: missing
-// run, or terminal run. (The Update that runs it checked its fence and
+// run, terminal run, or an input edit of a run no longer queued. (The Update that runs it checked its fence and
 // holds the lease row until commit.)
 const updateRunSQL = `
 UPDATE runs SET
@@ -113,9 +113,11 @@ UPDATE runs SET
     ended_at      = coalesce($12::timestamptz, ended_at),
     resumes       = coalesce($13::integer, resumes),
     stop          = coalesce(nullif($14::text, ''), stop),
-    rolled_back   = rolled_back OR $15::boolean
+    rolled_back   = rolled_back OR $15::boolean,
+    input         = coalesce(nullif($16::text, ''), input)
 WHERE owner = $1 AND session_id = $2 AND id = $3
   AND status NOT IN ('COMPLETED', 'FAILED', 'CANCELLED')
+  AND ($16::text = '' OR status = 'QUEUED')
 RETURNING ` + runColumns
 
 // updateRun is Tx.UpdateRun: its Update checked the fence and holds it.
@@ -134,7 +136,7 @@ func updateRun(q sender, key rein.SessionKey, runID string, u store.RunUpdate) (
 	b := &pgx.Batch{}
 	queryRow(b, scanRun, &r, &updated, updateRunSQL, key.Owner, key.ID, runID,
 		string(u.Status), string(u.Reason), u.Error, u.QueueOrder, u.Instance, in, out, nullTime(u.StartedAt), nullTime(u.EndedAt),
-		u.Resumes, string(u.Stop), u.RolledBack)
+		u.Resumes, string(u.Stop), u.RolledBack, u.Input)
 	if err := q.send("update run", b); err != nil {
 		return nil, err
 	}
@@ -154,6 +156,9 @@ func updateRun(q sender, key rein.SessionKey, runID string, u store.RunUpdate) (
 	}
 	if found && cur.Status.Terminal() {
 		return cur, rein.Errorf(rein.CodeConflict, "run %s has already ended (%s)", runID, cur.Status)
+	}
+	if found && u.Input != "" && cur.Status != rein.StatusQueued {
+		return cur, rein.Errorf(rein.CodeConflict, "run %s is no longer queued (%s): its input cannot change", runID, cur.Status)
 	}
 	return nil, errRunNotFound
 }

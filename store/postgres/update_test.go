@@ -567,6 +567,7 @@ func TestUpdateRunMatchesApply(t *testing.T) {
 	seven, three := int64(7), 3
 	at := time.Date(2030, 1, 2, 3, 4, 5, 678901234, time.UTC)
 	updates := []store.RunUpdate{
+		{Input: "edited while queued"},
 		{Status: rein.StatusRunning, Instance: "inst-b", StartedAt: at},
 		{Reason: rein.ReasonStop, Error: "boom"},
 		{QueueOrder: &seven, Resumes: &three},

@@ -119,11 +119,14 @@ func (tx *wtx) updateRun(si *sessInfo, runID string, u store.RunUpdate) (*store.
 	if rec.Status.Terminal() {
 		return rec, rein.Errorf(rein.CodeConflict, "run %q has already ended (%s)", runID, rec.Status)
 	}
+	if u.Input != "" && rec.Status != rein.StatusQueued {
+		return rec, rein.Errorf(rein.CodeConflict, "run %q is no longer queued (%s): its input cannot change", runID, rec.Status)
+	}
 	u.Apply(rec, norm)
-	_, err = tx.exec(`UPDATE runs SET status = ?, reason = ?, error = ?, queue_order = ?, instance = ?,
+	_, err = tx.exec(`UPDATE runs SET status = ?, input = ?, reason = ?, error = ?, queue_order = ?, instance = ?,
 			resumes = ?, stop = ?, rolled_back = ?, input_tokens = ?, output_tokens = ?, started_at = ?, ended_at = ?
 		WHERE id = ?`,
-		string(rec.Status), string(rec.Reason), rec.Error, rec.QueueOrder, rec.Instance,
+		string(rec.Status), rec.Input, string(rec.Reason), rec.Error, rec.QueueOrder, rec.Instance,
 		rec.Resumes, string(rec.Stop), boolInt(rec.RolledBack),
 		rec.Usage.InputTokens, rec.Usage.OutputTokens, micros(rec.StartedAt), micros(rec.EndedAt), runID)
 	if err != nil {

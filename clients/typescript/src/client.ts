@@ -8,6 +8,7 @@ import { Run } from "./run.js";
 import { EventStream, StreamShapeError, type EventStreamOptions, type ReconnectOptions, type StreamTransport } from "./stream.js";
 import type {
   ConfirmResult,
+  EditRunOptions,
   EventPage,
   JSONValue,
   NoteResult,
@@ -268,6 +269,28 @@ export class ReinClient {
   /** Reads one run's record. */
   async getRun(sessionId: string, runId: string, opts: CallOptions = {}): Promise<RunInfo> {
     return (await this.#call("GET", sessionPath(sessionId, "runs", runId), opts)) as RunInfo;
+  }
+
+  /**
+   * Edits a queued run: `text` replaces its input, `position` moves it in
+   * the queue (1 = next). A run that already started (or ended) rejects
+   * with a `conflict` ReinError whose `runId` and `runStatus` say where it
+   * is — the edit then changed nothing.
+   */
+  async editRun(sessionId: string, runId: string, edit: EditRunOptions, opts: CallOptions = {}): Promise<RunInfo> {
+    const body = { text: edit.text, position: edit.position };
+    return (await this.#call("PATCH", sessionPath(sessionId, "runs", runId), { body, signal: opts.signal })) as RunInfo;
+  }
+
+  /**
+   * Sends a queued run now: the session's current run is stopped as a
+   * message with `when_busy` of `mode` would stop it (`interrupt`, the
+   * default, or `rollback`) and this run runs next. Rejects with a
+   * `conflict` (with `runStatus`) when the run is no longer queued.
+   */
+  async promoteRun(sessionId: string, runId: string, opts: CallOptions & { mode?: "interrupt" | "rollback" } = {}): Promise<RunInfo> {
+    const body = { mode: opts.mode };
+    return (await this.#call("POST", sessionPath(sessionId, "runs", runId, "promote"), { body, signal: opts.signal })) as RunInfo;
   }
 
   /** A handle of a run already known by id (started by another client,

@@ -29,6 +29,9 @@ export class ReinError extends Error {
   readonly param: string | undefined;
   /** The run holding the turn (`session_busy`), or the run a `conflict` is about. */
   readonly runId: string | undefined;
+  /** The status of the run a `conflict` is about, e.g. `RUNNING` for an
+   * edit or promote of a run that already started. */
+  readonly runStatus: string | undefined;
   /** The server's id of the request: quote it when reporting a problem. */
   readonly requestId: string | undefined;
   /** `Retry-After` in seconds, when the server sent one (429, 503). */
@@ -44,6 +47,7 @@ export class ReinError extends Error {
     message: string;
     param?: string | undefined;
     runId?: string | undefined;
+    runStatus?: string | undefined;
     requestId?: string | undefined;
     retryAfter?: number | undefined;
     results?: unknown[] | undefined;
@@ -55,6 +59,7 @@ export class ReinError extends Error {
     this.code = init.code;
     this.param = init.param;
     this.runId = init.runId;
+    this.runStatus = init.runStatus;
     this.requestId = init.requestId;
     this.retryAfter = init.retryAfter;
     this.results = init.results;
@@ -96,6 +101,7 @@ export async function errorFromResponse(res: Response): Promise<ReinError> {
     message: str(err["message"]) ?? `the server answered ${res.status}`,
     param: str(err["param"]),
     runId: str(err["run_id"]),
+    runStatus: str(err["status"]),
     requestId: str(err["request_id"]) ?? res.headers.get("X-Request-Id") ?? undefined,
     retryAfter,
     results: Array.isArray(obj?.["results"]) ? (obj?.["results"] as unknown[]) : undefined,

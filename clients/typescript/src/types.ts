@@ -74,9 +74,22 @@ export interface RunInfo {
   created_at: string;
   started_at: string | null;
   ended_at: string | null;
+  /** The text that started the run, as last edited. */
+  input: string;
+  /** The client_id its message carried; null when none was given. */
+  client_id: string | null;
+  /** A queued run's place in the queue (1 = next); null for any other run. */
+  position: number | null;
   /** A FAILED run's error message. */
   error?: string;
   [key: string]: unknown;
+}
+
+/** An edit of a queued run: a new text and/or a new place in the queue
+ * (1 = next; beyond the end, last). */
+export interface EditRunOptions {
+  text?: string;
+  position?: number;
 }
 
 /** The result of a `user.message`. */
