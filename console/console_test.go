@@ -1056,38 +1056,7 @@ func TestResumedRunRendering(t *testing.T) {
 	add("agent.message", map[string]any{"run_id": run, "text": "checked", "reason": "stop"})
 	add("session.run_completed", map[string]any{"run_id": run, "status": "COMPLETED", "reason": "stop"})
 
-	mux := http.NewServeMux()
-	mux.Handle("GET /{$}", web.Handler())
-	mux.Handle("GET /console/", web.Handler())
-	writeJSON := func(w http.ResponseWriter, v any) {
-		w.Header().Set("Content-Type", "application/json")
-		_ = json.NewEncoder(w).Encode(v)
-	}
-	session := map[string]any{"id": sid, "created_at": at(0), "metadata": map[string]any{"title": "fixed log"}, "parent_session_id": nil, "agent": "default"}
-	mux.HandleFunc("GET /api/sessions", func(w http.ResponseWriter, r *http.Request) {
-		writeJSON(w, map[string]any{"sessions": []any{session}})
-	})
-	mux.HandleFunc("GET /api/sessions/{id}", func(w http.ResponseWriter, r *http.Request) {
-		writeJSON(w, map[string]any{"id": sid, "created_at": at(0), "metadata": session["metadata"], "parent_session_id": nil, "agent": "default",
-			"state": "idle", "current_run_id": nil, "queued_run_ids": []any{}, "last_seq": len(evs), "pending_confirmations": []any{}})
-	})
-	mux.HandleFunc("GET /api/sessions/{id}/runs", func(w http.ResponseWriter, r *http.Request) {
-		writeJSON(w, map[string]any{"runs": []any{map[string]any{"run_id": run, "status": "COMPLETED", "reason": "stop", "created_at": at(1), "started_at": at(2), "ended_at": at(10)}}})
-	})
-	mux.HandleFunc("GET /api/sessions/{id}/subagents", func(w http.ResponseWriter, r *http.Request) {
-		writeJSON(w, map[string]any{"subagents": []any{}})
-	})
-	mux.HandleFunc("GET /api/sessions/{id}/events", func(w http.ResponseWriter, r *http.Request) {
-		writeJSON(w, map[string]any{"events": evs, "last_seq": len(evs)})
-	})
-	mux.HandleFunc("GET /api/sessions/{id}/events/stream", func(w http.ResponseWriter, r *http.Request) {
-		w.Header().Set("Content-Type", "text/event-stream")
-		w.WriteHeader(200)
-		w.(http.Flusher).Flush()
-		<-r.Context().Done()
-	})
-	ts := httptest.NewServer(mux)
-	t.Cleanup(ts.Close)
+	ts := serveFixedLog(t, sid, evs, len(evs), []any{map[string]any{"run_id": run, "status": "COMPLETED", "reason": "stop", "created_at": at(1), "started_at": at(2), "ended_at": at(10)}})
 
 	p := openPage(t, ts.URL, 1280, 900)
 	p.do(chromedp.Navigate(ts.URL + "/#/s/" + sid))
@@ -1101,4 +1070,45 @@ func TestResumedRunRendering(t *testing.T) {
 	p.waitText(sel+` .step[data-step="1"] .restarted`, "attempt 2")
 	p.waitText(sel+" .tool.in-doubt", "in doubt")
 	p.shot("resumed-in-doubt")
+}
+
+// serveFixedLog serves the console and a read-only API for one session
+// whose log is evs (n events) and whose runs list is runs: a log a real run
+// would take long or a crash to produce.
+func serveFixedLog(t *testing.T, sid string, evs any, n int, runs []any) *httptest.Server {
+	t.Helper()
+	created := time.Now().UTC().Format(time.RFC3339Nano)
+	mux := http.NewServeMux()
+	mux.Handle("GET /{$}", web.Handler())
+	mux.Handle("GET /console/", web.Handler())
+	writeJSON := func(w http.ResponseWriter, v any) {
+		w.Header().Set("Content-Type", "application/json")
+		_ = json.NewEncoder(w).Encode(v)
+	}
+	session := map[string]any{"id": sid, "created_at": created, "metadata": map[string]any{"title": "fixed log"}, "parent_session_id": nil, "agent": "default"}
+	mux.HandleFunc("GET /api/sessions", func(w http.ResponseWriter, r *http.Request) {
+		writeJSON(w, map[string]any{"sessions": []any{session}})
+	})
+	mux.HandleFunc("GET /api/sessions/{id}", func(w http.ResponseWriter, r *http.Request) {
+		writeJSON(w, map[string]any{"id": sid, "created_at": created, "metadata": session["metadata"], "parent_session_id": nil, "agent": "default",
+			"state": "idle", "current_run_id": nil, "queued_run_ids": []any{}, "last_seq": n, "pending_confirmations": []any{}})
+	})
+	mux.HandleFunc("GET /api/sessions/{id}/runs", func(w http.ResponseWriter, r *http.Request) {
+		writeJSON(w, map[string]any{"runs": runs})
+	})
+	mux.HandleFunc("GET /api/sessions/{id}/subagents", func(w http.ResponseWriter, r *http.Request) {
+		writeJSON(w, map[string]any{"subagents": []any{}})
+	})
+	mux.HandleFunc("GET /api/sessions/{id}/events", func(w http.ResponseWriter, r *http.Request) {
+		writeJSON(w, map[string]any{"events": evs, "last_seq": n})
+	})
+	mux.HandleFunc("GET /api/sessions/{id}/events/stream", func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "text/event-stream")
+		w.WriteHeader(200)
+		w.(http.Flusher).Flush()
+		<-r.Context().Done()
+	})
+	ts := httptest.NewServer(mux)
+	t.Cleanup(ts.Close)
+	return ts
 }

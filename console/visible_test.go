@@ -8,6 +8,9 @@ import (
 	"net"
 	"strings"
 	"testing"
+	"time"
+
+	"github.com/chromedp/chromedp"
 )
 
 // TestRunsInTheOrderTheyRan: A runs and C waits behind it; "Replace" rolls
@@ -290,4 +293,52 @@ func TestLayoutNoClipping(t *testing.T) {
 func (p *page) waitEnded(runID string) {
 	p.t.Helper()
 	p.waitJS(fmt.Sprintf(`document.querySelector(%s)`, js(runSel(runID)+".ended")), fmt.Sprintf("run %s to end", runID))
+}
+
+// TestEndWords: how runs end that no scripted scenario reaches quickly — a
+// deadline, the step limit, the budget, an error, a cancel no person asked
+// for, a queued run a person cancelled — each in plain words (served from
+// a fixed log).
+func TestEndWords(t *testing.T) {
+	chromium(t)
+	const sid = "ses_words"
+	now := time.Now().UTC()
+	at := func(i int) string { return now.Add(time.Duration(i) * time.Second).Format(time.RFC3339Nano) }
+	var evs []map[string]any
+	add := func(run, typ string, payload map[string]any) {
+		n := len(evs) + 1
+		payload["run_id"] = run
+		evs = append(evs, map[string]any{"seq": n, "id": fmt.Sprintf("evt_%d", n), "session_id": sid, "run_id": run, "type": typ, "payload": payload, "created_at": at(n)})
+	}
+	ran := func(run, text string, end map[string]any) {
+		add(run, "user.message", map[string]any{"text": text})
+		add(run, "session.run_started", map[string]any{})
+		add(run, "session.run_completed", end)
+	}
+	ran("run_timeout", "slow", map[string]any{"status": "CANCELLED", "reason": "timeout"})
+	ran("run_steps", "many steps", map[string]any{"status": "COMPLETED", "reason": "max_steps"})
+	ran("run_budget", "costly", map[string]any{"status": "COMPLETED", "reason": "budget"})
+	ran("run_failed", "broken", map[string]any{"status": "FAILED", "reason": "error", "error": "model unavailable"})
+	ran("run_cancelled", "cut by a shutdown", map[string]any{"status": "CANCELLED", "reason": "cancelled"})
+	add("run_queued", "user.message", map[string]any{"text": "never ran"})
+	add("run_queued", "session.run_queued", map[string]any{"position": 1})
+	add("run_queued", "user.interrupt", map[string]any{"mode": "cancel", "accepted": true})
+	add("run_queued", "session.run_completed", map[string]any{"status": "CANCELLED", "reason": "cancelled"})
+	ts := serveFixedLog(t, sid, evs, len(evs), []any{})
+
+	p := openPage(t, ts.URL, 1280, 900)
+	p.do(chromedp.Navigate(ts.URL + "/#/s/" + sid))
+	p.waitJS(`window.reinConsole.connected`, "the fixed session")
+	for run, want := range map[string]string{
+		"run_timeout":   "timed out",
+		"run_steps":     "stopped at its step limit",
+		"run_budget":    "stopped at its budget",
+		"run_failed":    "failed",
+		"run_cancelled": "stopped",
+		"run_queued":    "cancelled by you",
+	} {
+		p.waitStatus(run, want)
+	}
+	p.waitText(runSel("run_failed")+" .run-msg", "model unavailable")
+	p.shot("end-words")
 }
