@@ -45,6 +45,11 @@ func TestRunsInTheOrderTheyRan(t *testing.T) {
 	if got := p.runIDs(); strings.Join(got, ",") != strings.Join(want, ",") {
 		t.Fatalf("runs drawn %v, want A, B, C = %v", got, want)
 	}
+	p.waitRunsTable(3)
+	table := strings.Join(eval[[]string](p, `[...document.querySelectorAll("#runs-table tbody tr")].map(n => n.dataset.runId)`), ",")
+	if want := strings.Join([]string{c, b, a}, ","); table != want {
+		t.Fatalf("runs table lists %s, want newest first in run order C, B, A = %s", table, want)
+	}
 	p.shot("order-after-replace")
 	p.reload()
 	p.waitJS(`window.reinConsole.connected`, "the stream after the reload")

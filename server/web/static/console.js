@@ -1375,7 +1375,12 @@
 
     renderRuns() {
       const tbody = $('runs-table').querySelector('tbody');
-      const rows = this.apiRuns.map((a) => {
+      // Newest first in the order the runs ran or will run (the
+      // conversation's order, reversed): after a Replace the replacement is
+      // below a run queued before it, which runs after it.
+      const keyOf = (a, i) => { const b = this.runs.get(a.run_id); return b ? b.key() : [3, -i]; };
+      const ordered = this.apiRuns.map((a, i) => [keyOf(a, i), a]).sort((x, y) => cmpKey(y[0], x[0])).map((x) => x[1]);
+      const rows = ordered.map((a) => {
         const b = this.runs.get(a.run_id);
         // The log may be ahead of the last refresh: what it shows wins.
         const st = b && (b.end || (!a.ended_at && b.status !== 'created')) ? statusOf(b) : apiStatus(a);
