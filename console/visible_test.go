@@ -347,3 +347,49 @@ func TestEndWords(t *testing.T) {
 	p.waitText(runSel("run_failed")+" .run-msg", "model unavailable")
 	p.shot("end-words")
 }
+
+// TestRunsTableFitsLongValues: long durations, large token counts and the
+// longest status words still fit the runs table's box at 1366 and 375 px.
+func TestRunsTableFitsLongValues(t *testing.T) {
+	chromium(t)
+	const sid = "ses_wide"
+	now := time.Now().UTC()
+	at := func(s int) string { return now.Add(time.Duration(s) * time.Second).Format(time.RFC3339Nano) }
+	var evs []map[string]any
+	add := func(run, typ string, payload map[string]any) {
+		n := len(evs) + 1
+		payload["run_id"] = run
+		evs = append(evs, map[string]any{"seq": n, "id": fmt.Sprintf("evt_%d", n), "session_id": sid, "run_id": run, "type": typ, "payload": payload, "created_at": at(n * 1000)})
+	}
+	usage := map[string]any{"input_tokens": 12345678, "output_tokens": 1234567, "cost_usd": nil}
+	var runs []any
+	for i, end := range []map[string]any{
+		{"status": "COMPLETED", "reason": "max_steps"},
+		{"status": "CANCELLED", "reason": "cancelled"},
+		{"status": "COMPLETED", "reason": "stop"},
+	} {
+		run := fmt.Sprintf("run_wide_%d", i)
+		add(run, "user.message", map[string]any{"text": "a long one"})
+		add(run, "session.run_started", map[string]any{})
+		add(run, "agent.message", map[string]any{"text": "ok", "reason": end["reason"], "usage": usage})
+		add(run, "session.run_completed", end)
+		runs = append(runs, map[string]any{"run_id": run, "status": end["status"], "reason": end["reason"], "created_at": at(i * 4000),
+			"started_at": at(i * 4000), "ended_at": at(i*4000 + 3725), "usage": usage})
+	}
+	ts := serveFixedLog(t, sid, evs, len(evs), runs)
+	for _, w := range []int64{1366, 375} {
+		p := openPage(t, ts.URL, w, 800)
+		p.do(chromedp.Navigate(ts.URL + "/#/s/" + sid))
+		p.waitJS(`window.reinConsole.connected`, "the fixed session")
+		p.waitRunsTable(3)
+		p.waitText("#runs-table", "12.3M / 1.23M")
+		p.waitText("#runs-table", "1 h 02 min")
+		fits := eval[string](p, `(() => { const w = document.querySelector("#runs-box .table-wrap"); return w.scrollWidth + " " + w.clientWidth; })()`)
+		var sw, cw int
+		fmt.Sscan(fits, &sw, &cw)
+		if sw > cw {
+			t.Errorf("at %d px the runs table is %d px wide in a %d px box", w, sw, cw)
+		}
+		p.shot(fmt.Sprintf("runs-table-long-values-%dpx", w))
+	}
+}

@@ -96,6 +96,14 @@
     return Math.floor(m / 60) + ' h ' + String(m % 60).padStart(2, '0') + ' min';
   }
 
+  // fmtCount is a count short enough for a table cell: 950, 12.3k, 4.5M.
+  function fmtCount(n) {
+    if (typeof n !== 'number' || !isFinite(n)) return '?';
+    if (n < 10000) return String(n);
+    if (n < 1e6) return (n / 1e3).toFixed(n < 1e5 ? 1 : 0) + 'k';
+    return (n / 1e6).toFixed(n < 1e7 ? 2 : 1) + 'M';
+  }
+
   function pretty(v) {
     if (v === undefined) return '';
     if (typeof v === 'string') return v;
@@ -1391,7 +1399,8 @@
         else if (started) dur = fmtDuration(Date.now() - new Date(started)) + ' so far';
         else if (ended) dur = 'never ran';
         const u = a.usage || (b && b.final && b.final.usage);
-        const tokens = u && (u.input_tokens || u.output_tokens) ? (u.input_tokens ?? '?') + ' / ' + (u.output_tokens ?? '?') : '';
+        const tokens = u && (u.input_tokens || u.output_tokens) ? fmtCount(u.input_tokens) + ' / ' + fmtCount(u.output_tokens) : '';
+        const exact = tokens ? (u.input_tokens ?? '?') + ' input / ' + (u.output_tokens ?? '?') + ' output tokens' : null;
         const why = a.error || (b && b.end && b.end.error) || a.reason || (b && b.end && b.end.reason) || '';
         const go = el('button', { type: 'button', class: 'link', title: a.run_id, 'aria-label': 'Show run ' + a.run_id,
           onclick: () => {
@@ -1405,7 +1414,7 @@
           el('td', { title: 'created ' + fmtDateTime(a.created_at) }, go),
           el('td', { title: why ? 'reason: ' + why : null }, el('span', { class: 'badge st-' + st.cls, text: st.text })),
           el('td', { class: 'num', text: dur }),
-          el('td', { class: 'num', text: tokens, title: tokens ? 'input / output tokens' : null }));
+          el('td', { class: 'num', text: tokens, title: exact }));
       });
       tbody.replaceChildren(...rows);
       $('runs-count').textContent = rows.length ? '(' + rows.length + ')' : '';
