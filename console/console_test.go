@@ -576,14 +576,13 @@ func TestSendAndStream(t *testing.T) {
 		t.Errorf("status while streaming: %q, want running", got)
 	}
 	p.shot("send-streaming")
-	p.waitStatus(run, "completed")
+	p.waitStatus(run, "done")
 	if got := p.text(step); got != want {
 		t.Fatalf("reply %q, want %q", got, want)
 	}
 	p.waitText(runSel(run)+" .timeline", "started")
-	p.waitText(runSel(run)+" .timeline", "completed after")
-	p.waitText(fmt.Sprintf(`#runs-table tr[data-run-id=%s]`, js(run)), "completed")
-	p.waitText(fmt.Sprintf(`#runs-table tr[data-run-id=%s]`, js(run)), "stop")
+	p.waitText(runSel(run)+" .timeline", "done after")
+	p.waitText(fmt.Sprintf(`#runs-table tr[data-run-id=%s]`, js(run)), "done")
 	p.waitText(runSel(run)+" .final", "tokens:")
 	p.waitText(runSel(run)+" .user-msg", "stream it please")
 
@@ -599,7 +598,7 @@ func TestSendAndStream(t *testing.T) {
 	before := p.text("#chat")
 	p.reload()
 	p.waitJS(`window.reinConsole.connected`, "the stream after the reload")
-	p.waitStatus(run, "completed")
+	p.waitStatus(run, "done")
 	if after := p.text("#chat"); after != before {
 		t.Fatalf("the reload shows another conversation:\nbefore %q\nafter  %q", before, after)
 	}
@@ -622,16 +621,16 @@ func TestStopExactRun(t *testing.T) {
 	p.send("long C")
 	ids := p.waitRuns(3)
 	b, c := ids[1], ids[2]
-	p.waitStatus(b, "queued")
-	p.waitStatus(c, "queued")
+	p.waitStatus(b, "queued · 1st")
+	p.waitStatus(c, "queued · 2nd")
 	p.shot("stop-queued")
 
 	p.click(runSel(b) + " button.stop")
-	p.waitStatus(b, "cancelled")
+	p.waitStatus(b, "cancelled by you")
 	if s := p.status(a); s != "running" {
 		t.Fatalf("after stopping B, A is %q", s)
 	}
-	if s := p.status(c); s != "queued" {
+	if s := p.status(c); s != "queued · 1st" {
 		t.Fatalf("after stopping B, C is %q", s)
 	}
 	runs := runsOf(t, e.srv.URL, "", sid)
@@ -640,15 +639,15 @@ func TestStopExactRun(t *testing.T) {
 	}
 
 	p.click(runSel(a) + " button.stop")
-	p.waitStatus(a, "cancelled")
+	p.waitStatus(a, "stopped by you")
 	p.waitStatus(c, "running")
-	if s := p.status(b); s != "cancelled" {
+	if s := p.status(b); s != "cancelled by you" {
 		t.Fatalf("B became %q", s)
 	}
 
 	p.waitText(runSel(c)+" .tool", "sleep")
 	p.click(runSel(c) + " button.interrupt")
-	p.waitStatus(c, "interrupted")
+	p.waitStatus(c, "interrupted by you")
 	runs = runsOf(t, e.srv.URL, "", sid)
 	if r := runs[c]; r.Status != "COMPLETED" || r.Reason == nil || *r.Reason != "interrupted" {
 		t.Fatalf("C on the server: %+v", r)
@@ -659,7 +658,7 @@ func TestStopExactRun(t *testing.T) {
 	p.waitJS(`!document.querySelector("#chat .run:not(.ended) button.stop")`, "no Stop button left on ended runs")
 	p.waitRunsTable(3)
 	p.waitText("#session-state", "idle")
-	p.waitText(fmt.Sprintf(`#runs-table tr[data-run-id=%s]`, js(b)), "cancelled")
+	p.waitText(fmt.Sprintf(`#runs-table tr[data-run-id=%s]`, js(b)), "cancelled by you")
 	p.shot("stop-done")
 }
 
@@ -680,7 +679,7 @@ func TestRollbackFromMenu(t *testing.T) {
 	p.click(`#send-menu [data-when="rollback"]`)
 	ids := p.waitRuns(2)
 	p.waitStatus(a, "rolled back")
-	p.waitStatus(ids[1], "completed")
+	p.waitStatus(ids[1], "done")
 	// Only the new message's turn reached the model.
 	p.waitText(runSel(ids[1])+" .reply-text", "turns=[1]")
 
@@ -693,8 +692,8 @@ func TestRollbackFromMenu(t *testing.T) {
 	p.click("#send-menu-button")
 	p.click(`#send-menu [data-when="interrupt"]`)
 	ids = p.waitRuns(4)
-	p.waitStatus(b, "interrupted")
-	p.waitStatus(ids[3], "completed")
+	p.waitStatus(b, "interrupted by you")
+	p.waitStatus(ids[3], "done")
 	p.waitText(runSel(ids[3])+" .reply-text", "turns=[3]")
 	p.waitRunsTable(4)
 	p.shot("rollback-done")
@@ -715,7 +714,7 @@ func TestNoteSeenInStep(t *testing.T) {
 	p.waitText("#chat .flow.note .badge", "queued")
 	p.shot("note-queued")
 	p.waitText("#chat .flow.note .badge", "seen in step 2")
-	p.waitStatus(r, "completed")
+	p.waitStatus(r, "done")
 	p.waitText(runSel(r), "hints=[use metric units]")
 	p.waitText(runSel(r)+" .run-notes", "in step 2")
 	p.shot("note-seen")
@@ -737,7 +736,7 @@ func TestApproveAndDeny(t *testing.T) {
 	p.shot("approval-card")
 	p.click("#approvals .approval button.allow")
 	p.waitJS(`!document.querySelector("#approvals .approval")`, "the card to go")
-	p.waitStatus(r1, "completed")
+	p.waitStatus(r1, "done")
 	p.waitText(runSel(r1), "note result:")
 	p.waitText(runSel(r1)+" .tool", "done")
 
@@ -747,7 +746,7 @@ func TestApproveAndDeny(t *testing.T) {
 	p.typeIn("#approvals .approval .deny-message", "read-only please")
 	p.click("#approvals .approval button.deny")
 	p.waitJS(`!document.querySelector("#approvals .approval")`, "the card to go")
-	p.waitStatus(r2, "completed")
+	p.waitStatus(r2, "done")
 	p.waitText(runSel(r2)+" .final, "+runSel(r2)+" .step.is-final", "read-only please")
 	p.waitText(runSel(r2)+" .tool", "denied")
 	p.waitRunsTable(2)
@@ -792,7 +791,7 @@ func TestApprovalAcrossRestart(t *testing.T) {
 	p.waitText("#approvals .approval", "note across a restart")
 	p.shot("restart-card")
 	p.click("#approvals .approval button.allow")
-	p.waitStatus(r, "completed")
+	p.waitStatus(r, "done")
 	p.waitText(runSel(r), "note result:")
 	notes, err := os.ReadFile(filepath.Join(workspace, "local", sid, "notes.md"))
 	if err != nil || strings.Count(string(notes), "note across a restart") != 1 {
@@ -863,7 +862,7 @@ func TestStreamDropRecovers(t *testing.T) {
 	time.Sleep(800 * time.Millisecond) // the run goes on meanwhile
 	e.proxy.refuseStreams(false)
 
-	p.waitStatus(r, "completed")
+	p.waitStatus(r, "done")
 	p.waitText("#stream-state", "live")
 	want := "The quick brown fox jumps over the lazy dog; 0123456789 ABCDEFGHIJKLMNOPQRSTUVWXYZ."
 	if got := p.text(step); got != want {
@@ -913,7 +912,7 @@ func TestNetworkFailureKeepsText(t *testing.T) {
 	p.pressEnter(0)
 	p.waitJS(`document.querySelector("#message").value === ""`, "the composer to clear once sent")
 	r := p.waitRuns(1)[0]
-	p.waitStatus(r, "completed")
+	p.waitStatus(r, "done")
 	p.waitText(runSel(r), "echo: echo me once")
 	if runs := runsOf(t, e.srv.URL, "", sid); len(runs) != 1 {
 		t.Fatalf("the server has %d runs, want 1: %+v", len(runs), runs)
@@ -944,7 +943,7 @@ func TestTokenMode(t *testing.T) {
 	sid := p.createSession("with a token")
 	p.send("hello alice")
 	r := p.waitRuns(1)[0]
-	p.waitStatus(r, "completed")
+	p.waitStatus(r, "done")
 	p.waitText(runSel(r), "echo: hello alice")
 
 	if v := eval[string](p, `sessionStorage.getItem("rein.console.token") || ""`); v != good {
@@ -978,7 +977,7 @@ func TestModelHTMLIsText(t *testing.T) {
 	p.createSession("html")
 	p.send("html please")
 	r := p.waitRuns(1)[0]
-	p.waitStatus(r, "completed")
+	p.waitStatus(r, "done")
 	p.waitText(runSel(r)+" .reply-text", `<img src=x onerror="window.__pwned=1">`)
 	p.waitText(runSel(r)+" .reply-text", `<script>window.__pwned=2</script>`)
 	time.Sleep(200 * time.Millisecond) // an image error would have fired by now
@@ -1000,7 +999,7 @@ func TestSubagentsAndNarrowScreen(t *testing.T) {
 	parent := p.createSession("delegation")
 	p.send("delegate this")
 	r := p.waitRuns(1)[0]
-	p.waitStatus(r, "completed")
+	p.waitStatus(r, "done")
 	p.waitText(runSel(r), `the researcher said: {"output":"echo: child task"`)
 	p.waitText("#subagents", "researcher")
 	p.waitText("#chat .flow.subagent", "researcher")
@@ -1057,6 +1056,28 @@ func TestResumedRunRendering(t *testing.T) {
 	add("agent.message", map[string]any{"run_id": run, "text": "checked", "reason": "stop"})
 	add("session.run_completed", map[string]any{"run_id": run, "status": "COMPLETED", "reason": "stop"})
 
+	ts := serveFixedLog(t, sid, evs, len(evs), []any{map[string]any{"run_id": run, "status": "COMPLETED", "reason": "stop", "created_at": at(1), "started_at": at(2), "ended_at": at(10)}})
+
+	p := openPage(t, ts.URL, 1280, 900)
+	p.do(chromedp.Navigate(ts.URL + "/#/s/" + sid))
+	p.waitJS(`window.reinConsole.connected`, "the fixed session")
+	p.waitStatus(run, "done")
+	sel := runSel(run)
+	p.waitText(sel+" .badge.st-resumed", "resumed after instance loss")
+	if got := p.text(sel + ` .step[data-step="1"] .reply-text`); got != "second attempt" {
+		t.Fatalf("step 1 shows %q, want only the new attempt's text", got)
+	}
+	p.waitText(sel+` .step[data-step="1"] .restarted`, "attempt 2")
+	p.waitText(sel+" .tool.in-doubt", "in doubt")
+	p.shot("resumed-in-doubt")
+}
+
+// serveFixedLog serves the console and a read-only API for one session
+// whose log is evs (n events) and whose runs list is runs: a log a real run
+// would take long or a crash to produce.
+func serveFixedLog(t *testing.T, sid string, evs any, n int, runs []any) *httptest.Server {
+	t.Helper()
+	created := time.Now().UTC().Format(time.RFC3339Nano)
 	mux := http.NewServeMux()
 	mux.Handle("GET /{$}", web.Handler())
 	mux.Handle("GET /console/", web.Handler())
@@ -1064,22 +1085,22 @@ func TestResumedRunRendering(t *testing.T) {
 		w.Header().Set("Content-Type", "application/json")
 		_ = json.NewEncoder(w).Encode(v)
 	}
-	session := map[string]any{"id": sid, "created_at": at(0), "metadata": map[string]any{"title": "fixed log"}, "parent_session_id": nil, "agent": "default"}
+	session := map[string]any{"id": sid, "created_at": created, "metadata": map[string]any{"title": "fixed log"}, "parent_session_id": nil, "agent": "default"}
 	mux.HandleFunc("GET /api/sessions", func(w http.ResponseWriter, r *http.Request) {
 		writeJSON(w, map[string]any{"sessions": []any{session}})
 	})
 	mux.HandleFunc("GET /api/sessions/{id}", func(w http.ResponseWriter, r *http.Request) {
-		writeJSON(w, map[string]any{"id": sid, "created_at": at(0), "metadata": session["metadata"], "parent_session_id": nil, "agent": "default",
-			"state": "idle", "current_run_id": nil, "queued_run_ids": []any{}, "last_seq": len(evs), "pending_confirmations": []any{}})
+		writeJSON(w, map[string]any{"id": sid, "created_at": created, "metadata": session["metadata"], "parent_session_id": nil, "agent": "default",
+			"state": "idle", "current_run_id": nil, "queued_run_ids": []any{}, "last_seq": n, "pending_confirmations": []any{}})
 	})
 	mux.HandleFunc("GET /api/sessions/{id}/runs", func(w http.ResponseWriter, r *http.Request) {
-		writeJSON(w, map[string]any{"runs": []any{map[string]any{"run_id": run, "status": "COMPLETED", "reason": "stop", "created_at": at(1), "started_at": at(2), "ended_at": at(10)}}})
+		writeJSON(w, map[string]any{"runs": runs})
 	})
 	mux.HandleFunc("GET /api/sessions/{id}/subagents", func(w http.ResponseWriter, r *http.Request) {
 		writeJSON(w, map[string]any{"subagents": []any{}})
 	})
 	mux.HandleFunc("GET /api/sessions/{id}/events", func(w http.ResponseWriter, r *http.Request) {
-		writeJSON(w, map[string]any{"events": evs, "last_seq": len(evs)})
+		writeJSON(w, map[string]any{"events": evs, "last_seq": n})
 	})
 	mux.HandleFunc("GET /api/sessions/{id}/events/stream", func(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("Content-Type", "text/event-stream")
@@ -1089,17 +1110,5 @@ func TestResumedRunRendering(t *testing.T) {
 	})
 	ts := httptest.NewServer(mux)
 	t.Cleanup(ts.Close)
-
-	p := openPage(t, ts.URL, 1280, 900)
-	p.do(chromedp.Navigate(ts.URL + "/#/s/" + sid))
-	p.waitJS(`window.reinConsole.connected`, "the fixed session")
-	p.waitStatus(run, "completed")
-	sel := runSel(run)
-	p.waitText(sel+" .badge.st-resumed", "resumed after instance loss")
-	if got := p.text(sel + ` .step[data-step="1"] .reply-text`); got != "second attempt" {
-		t.Fatalf("step 1 shows %q, want only the new attempt's text", got)
-	}
-	p.waitText(sel+` .step[data-step="1"] .restarted`, "attempt 2")
-	p.waitText(sel+" .tool.in-doubt", "in doubt")
-	p.shot("resumed-in-doubt")
+	return ts
 }

@@ -47,9 +47,13 @@
 
   function show(node, on) { node.hidden = !on; }
 
-  function setError(node, msg) {
+  // setError shows msg in an error box; outage marks one that says the
+  // server could not be reached (it goes once the server is back).
+  function setError(node, msg, outage) {
     node.textContent = msg || '';
     node.hidden = !msg;
+    if (msg && outage) node.dataset.outage = '1';
+    else delete node.dataset.outage;
   }
 
   function store(kind) {
@@ -90,6 +94,14 @@
     const m = Math.floor(s / 60);
     if (m < 60) return m + ' min ' + String(Math.floor(s % 60)).padStart(2, '0') + ' s';
     return Math.floor(m / 60) + ' h ' + String(m % 60).padStart(2, '0') + ' min';
+  }
+
+  // fmtCount is a count short enough for a table cell: 950, 12.3k, 4.5M.
+  function fmtCount(n) {
+    if (typeof n !== 'number' || !isFinite(n)) return '?';
+    if (n < 10000) return String(n);
+    if (n < 1e6) return (n / 1e3).toFixed(n < 1e5 ? 1 : 0) + 'k';
+    return (n / 1e6).toFixed(n < 1e7 ? 2 : 1) + 'M';
   }
 
   function pretty(v) {
@@ -275,17 +287,40 @@
   let sessions = [];
   let current = null; // the open SessionView
 
+  // loadSessions reads the list (one request for every session's title,
+  // busy state and count of calls waiting for a person). Calls that come
+  // while one is out share its answer and ask once more after it.
+  let sessionsLoading = null;
+  let sessionsAgain = false;
   async function loadSessions() {
-    try {
-      const data = await api('GET', '/api/sessions');
-      sessions = data.sessions || [];
-      setError($('sessions-error'), '');
-      renderSessionList();
-    } catch (e) {
-      if (isNetworkError(e)) noteServerDown();
-      setError($('sessions-error'), 'Could not list sessions: ' + explain(e));
-    }
+    if (sessionsLoading) { sessionsAgain = true; return sessionsLoading; }
+    sessionsLoading = (async () => {
+      do {
+        sessionsAgain = false;
+        try {
+          const data = await api('GET', '/api/sessions');
+          sessions = data.sessions || [];
+          setError($('sessions-error'), '');
+          renderSessionList();
+          if (current) current.renderHead();
+        } catch (e) {
+          if (isNetworkError(e)) noteServerDown();
+          setError($('sessions-error'), 'Could not list sessions: ' + explain(e));
+        }
+      } while (sessionsAgain);
+      sessionsLoading = null;
+    })();
+    return sessionsLoading;
   }
+
+  // Other sessions change too (another tab, a script, a subagent): the
+  // list is read again every few seconds while the page is in view.
+  let sessionsTimer = 0;
+  function soonSessions(ms) {
+    clearTimeout(sessionsTimer);
+    sessionsTimer = setTimeout(() => { loadSessions(); }, ms);
+  }
+  setInterval(() => { if (!document.hidden && !auth.waiting) loadSessions(); }, 5000);
 
   function sessionTitle(s) {
     // The session's title; a metadata.title from before sessions had one.
@@ -317,7 +352,10 @@
         dataset: { sessionId: s.id },
       },
       el('span', { class: 'session-name', text: sessionTitle(s) }),
-      el('span', { class: 'session-sub', text: (s.agent || 'default') + ' · ' + fmtDateTime(s.created_at) }));
+      el('span', { class: 'session-marks' },
+        s.state === 'busy' ? el('span', { class: 'mark mark-busy', text: 'working' }) : null,
+        s.pending_confirmations > 0 ? el('span', { class: 'mark mark-waiting', text: s.pending_confirmations + ' waiting for you' }) : null),
+      el('span', { class: 'session-sub', text: (s.agent || 'default') + ' · ' + fmtDateTime(s.last_event_at || s.created_at) }));
       const li = el('li', { dataset: { sessionId: s.id } }, a);
       const children = kids.get(s.id);
       if (children && depth < 20) {
@@ -368,7 +406,7 @@
       location.hash = '#/s/' + encodeURIComponent(s.id);
     } catch (err) {
       if (isNetworkError(err)) noteServerDown();
-      setError($('new-error'), 'Could not create the session: ' + explain(err));
+      setError($('new-error'), 'Could not create the session: ' + explain(err), isNetworkError(err));
     } finally {
       btn.disabled = false;
     }
@@ -376,24 +414,46 @@
 
   // ---------------------------------------------------------- run blocks
 
+  // ordinal is a queue place as people say it: 1st, 2nd, 3rd, 4th.
+  function ordinal(n) {
+    const v = n % 100;
+    const suf = (v >= 11 && v <= 13) ? 'th' : ({ 1: 'st', 2: 'nd', 3: 'rd' }[v % 10] || 'th');
+    return n + suf;
+  }
+
+  // statusOf is a run's state in the words a person reads as intended: a
+  // run the user stopped is not an error, a normal finish is "done".
   function statusOf(r) {
     if (r.end) {
       const p = r.end;
       if (p.rolled_back) return { text: 'rolled back', cls: 'rolledback' };
-      if (p.status === 'COMPLETED') {
-        if (p.reason === 'interrupted') return { text: 'interrupted', cls: 'interrupted' };
-        return { text: 'completed', cls: 'completed' };
+      switch (p.reason) {
+        case 'stop': return { text: 'done', cls: 'completed' };
+        case 'interrupted': return { text: r.byYou ? 'interrupted by you' : 'interrupted', cls: 'interrupted' };
+        case 'max_steps': return { text: 'stopped at its step limit', cls: 'limit' };
+        case 'budget': return { text: 'stopped at its budget', cls: 'limit' };
+        case 'timeout': return { text: 'timed out', cls: 'timeout' };
+        case 'cancelled':
+          if (!r.times.started) return { text: r.byYou ? 'cancelled by you' : 'cancelled', cls: 'stopped' };
+          return { text: r.byYou ? 'stopped by you' : 'stopped', cls: 'stopped' };
+        case 'error': return { text: 'failed', cls: 'failed' };
       }
-      if (p.status === 'CANCELLED') {
-        if (p.reason === 'timeout') return { text: 'timeout', cls: 'timeout' };
-        return { text: 'cancelled', cls: 'cancelled' };
-      }
+      if (p.status === 'COMPLETED') return { text: 'done', cls: 'completed' };
       if (p.status === 'FAILED') return { text: 'failed', cls: 'failed' };
-      return { text: String(p.status || 'ended').toLowerCase(), cls: 'cancelled' };
+      return { text: 'stopped', cls: 'stopped' };
     }
-    if (r.status === 'running') return { text: 'running', cls: 'running' };
-    if (r.status === 'queued') return { text: 'queued', cls: 'queued' };
+    if (r.status === 'running') {
+      if (r.waiting.size) return { text: 'waiting for you', cls: 'waiting' };
+      return { text: 'running', cls: 'running' };
+    }
+    if (r.status === 'queued') return { text: 'queued' + (r.position ? ' · ' + ordinal(r.position) : ''), cls: 'queued' };
     return { text: 'starting', cls: 'queued' };
+  }
+
+  // firstLine is the first line with text of s, for one-line summaries.
+  function firstLine(s) {
+    for (const l of String(s || '').split('\n')) if (l.trim()) return l.trim();
+    return '';
   }
 
   class RunBlock {
@@ -410,6 +470,10 @@
       this.steps = new Map();
       this.times = { created: null, queued: null, started: null, ended: null };
       this.stopping = false;
+      this.waiting = new Set(); // its tool calls waiting for a person's answer
+      this.byYou = false; // a person stopped it (user.interrupt, or a message sent to interrupt or replace it)
+      this.seq = { message: 0, started: 0, ended: 0 }; // where its events are in the log
+      this.userFold = null; // true/false once the person folded or unfolded it
 
       this.badge = el('span', { class: 'badge' });
       this.resumedBadge = el('span', { class: 'badge st-resumed', hidden: true, title: 'Its server was lost and another one (or the same one, restarted) took the run up from its last saved step.' }, 'resumed after instance loss');
@@ -425,13 +489,77 @@
       this.msg = el('p', { class: 'run-msg', role: 'status', hidden: true });
       const heading = el('h3', { class: 'run-title', id: 'h-' + runId },
         el('span', { class: 'run-label', text: 'Run ' + shortId(runId), title: runId }));
-      this.node = el('article', { class: 'run', 'aria-labelledby': 'h-' + runId, tabindex: '-1', dataset: { runId } },
-        el('header', { class: 'run-head' }, heading, this.badge, this.resumedBadge, this.actions),
+      // A finished run folds to one line: its status, how long it took and
+      // the first line of its reply; the toggle (or the line) unfolds it.
+      this.foldBtn = el('button', { type: 'button', class: 'fold-toggle quiet', 'aria-expanded': 'true', 'aria-controls': 'b-' + runId,
+        'aria-label': 'Fold run ' + runId, onclick: () => this.toggleFold() }, '▾');
+      this.foldSummary = el('span', { class: 'fold-summary', hidden: true, onclick: () => this.toggleFold() });
+      this.body = el('div', { class: 'run-body', id: 'b-' + runId },
         this.timeline, this.userBox, this.stepsBox, this.finalBox, this.notes, this.msg);
+      this.node = el('article', { class: 'run', 'aria-labelledby': 'h-' + runId, tabindex: '-1', dataset: { runId } },
+        el('header', { class: 'run-head' }, this.foldBtn, heading, this.badge, this.resumedBadge, this.foldSummary, this.actions),
+        this.body);
+      this.folded = false;
       this.render();
     }
 
     get terminal() { return !!this.end; }
+
+    // key is the block's place in the conversation: runs in the order they
+    // ran (their start in the log), a run that ended without starting where
+    // it ended, then the queued runs in queue order, then the runs this page
+    // sent whose user.message the log has not shown yet.
+    key() {
+      if (this.node.classList.contains('optimistic')) return [2, this.optimisticN || 0];
+      if (this.seq.started) return [0, this.seq.started];
+      if (this.end) return [0, this.seq.ended || this.seq.message];
+      if (this.status === 'queued') return [1, this.position || 1e9, this.seq.message];
+      return [0, this.seq.message];
+    }
+
+    duration() {
+      const t = this.times;
+      const from = t.started || t.queued || t.created;
+      return from && t.ended ? fmtDuration(new Date(t.ended) - new Date(from)) : '';
+    }
+
+    replyLine() {
+      if (this.final && this.final.text) return firstLine(this.final.text);
+      let last = null;
+      for (const s of this.steps.values()) if (s.text && (!last || s.n > last.n)) last = s;
+      return last ? firstLine(last.text) : '';
+    }
+
+    toggleFold() {
+      this.userFold = !this.folded;
+      this.setFolded(this.userFold);
+    }
+
+    setFolded(on) {
+      on = !!on && !!this.end;
+      if (on === this.folded) {
+        if (on) this.renderFoldSummary();
+        return;
+      }
+      this.folded = on;
+      this.node.classList.toggle('folded', on);
+      this.body.hidden = on;
+      this.foldSummary.hidden = !on;
+      this.foldBtn.textContent = on ? '▸' : '▾';
+      this.foldBtn.setAttribute('aria-expanded', on ? 'false' : 'true');
+      this.foldBtn.setAttribute('aria-label', (on ? 'Unfold run ' : 'Fold run ') + this.id);
+      if (on) this.renderFoldSummary();
+    }
+
+    renderFoldSummary() {
+      const bits = [];
+      const d = this.duration();
+      if (d) bits.push(d);
+      const line = this.replyLine() || firstLine(this.text);
+      if (line) bits.push(line);
+      this.foldSummary.textContent = bits.join(' · ');
+      this.foldSummary.title = line;
+    }
 
     step(n, at) {
       n = Number(n) || 1;
@@ -463,7 +591,9 @@
       this.badge.textContent = st.text;
       this.badge.className = 'badge status st-' + st.cls;
       if (!this.end && this.status === 'queued' && this.position) {
-        this.badge.title = 'position ' + this.position + ' in the queue';
+        this.badge.title = this.position === 1 ? 'next to run' : this.position + ' runs from now; ' + (this.position - 1) + ' ahead of it';
+      } else if (this.end && (this.end.error || this.end.reason)) {
+        this.badge.title = this.end.error ? 'error: ' + this.end.error : 'reason: ' + this.end.reason;
       } else {
         this.badge.removeAttribute('title');
       }
@@ -475,9 +605,11 @@
       this.stopBtn.disabled = this.stopping === 'cancel';
       this.intBtn.disabled = !!this.stopping;
       this.node.classList.toggle('ended', !!this.end);
+      this.node.classList.toggle('live', !this.end);
       this.node.classList.toggle('rolled-back', !!(this.end && this.end.rolled_back));
       this.renderFinal();
       this.renderTimeline();
+      if (this.folded) this.renderFoldSummary();
     }
 
     renderFinal() {
@@ -512,8 +644,8 @@
       if (this.end) {
         const st = statusOf(this);
         let label = st.text;
-        const from = t.started || t.queued || t.created;
-        if (from && t.ended) label += ' after ' + fmtDuration(new Date(t.ended) - new Date(from));
+        const d = this.duration();
+        if (d) label += ' after ' + d;
         items.push(li(label, t.ended, 'tl-end tl-' + st.cls));
       }
       this.timeline.replaceChildren(...items);
@@ -543,6 +675,7 @@
       } catch (e) {
         if (isNetworkError(e)) noteServerDown();
         this.flash('Could not stop the run: ' + explain(e));
+        if (isNetworkError(e)) this.msg.dataset.outage = '1';
         this.stopping = false;
         this.render();
       }
@@ -560,6 +693,19 @@
   const RUN_EVENTS = new Set(['user.message', 'session.run_queued', 'session.run_started', 'agent.message.delta',
     'agent.step_restarted', 'agent.tool_use', 'session.tool_confirmation_requested', 'agent.tool_result',
     'agent.message', 'session.run_completed']);
+
+  // The result a tool call gets when its run is stopped while it runs.
+  const CUT_OUTPUT = 'tool call did not complete';
+
+  // cmpKey orders the conversation's items (see RunBlock.key).
+  function cmpKey(a, b) {
+    for (let i = 0; i < Math.max(a.length, b.length); i++) {
+      const d = (a[i] || 0) - (b[i] || 0);
+      if (d) return d;
+    }
+    return 0;
+  }
+  let optimisticN = 0;
 
   class SessionView {
     constructor(id) {
@@ -605,7 +751,7 @@
           return;
         }
         if (isNetworkError(e)) noteServerDown();
-        setError($('session-error'), 'Could not load the session: ' + explain(e));
+        setError($('session-error'), 'Could not load the session: ' + explain(e), true);
         // The stream loop retries and loads what it can.
       }
       if (this.closed) return;
@@ -685,9 +831,11 @@
           this.connected = true;
           this.setStream('live', 'live');
           if (attempt > 0 || !this.info) {
-            // What happened while we were away: queue, approvals, runs.
-            setError($('session-error'), '');
+            // What happened while we were away: queue, approvals, runs,
+            // the other sessions. The errors of the outage are over.
+            clearOutageErrors();
             this.refresh(true);
+            loadSessions();
           }
           attempt = 0;
           for await (const msg of sse(res.body, pet)) {
@@ -740,6 +888,7 @@
     ingest(ev) {
       if (ev.seq <= this.lastSeq) return; // a duplicate (replay after a reconnect)
       this.lastSeq = ev.seq;
+      this.seqNow = ev.seq;
       const stick = wantStick();
       try {
         this.apply(ev);
@@ -756,23 +905,52 @@
       if (!r) {
         r = new RunBlock(this, runId);
         r.times.created = at || null;
+        r.seq.message = this.seqNow || 0;
         this.runs.set(runId, r);
-        this.place(r.node);
+        this.placeRun(r);
+        this.refold();
       }
       return r;
     }
 
-    // place adds a node to the conversation at the log's position: before
-    // the optimistic blocks (runs this page started whose user.message has
-    // not come back in the log yet).
-    place(node) {
-      const pending = this.chat.querySelector(':scope > .optimistic');
-      this.chat.insertBefore(node, pending || null);
+    // place puts a node of the conversation where its key says (see
+    // RunBlock.key; notes and system items are at their seq), searching from
+    // the end, where new items land.
+    place(node, key) {
+      node._key = key;
+      if (node.parentNode === this.chat) node.remove();
+      let after = this.chat.lastElementChild;
+      while (after && after._key && cmpKey(after._key, key) > 0) after = after.previousElementSibling;
+      this.chat.insertBefore(node, after ? after.nextSibling : this.chat.firstChild);
+    }
+
+    // placeRun moves a run block when its place changed (it started, ended,
+    // or moved in the queue).
+    placeRun(r) {
+      const k = r.key();
+      if (r.node._key && cmpKey(r.node._key, k) === 0 && r.node.parentNode === this.chat) return;
+      this.place(r.node, k);
+    }
+
+    // requeue moves the queued runs to their places after positions change.
+    requeue() {
+      for (const r of this.runs.values()) if (r.status === 'queued' && !r.end) { this.placeRun(r); r.render(); }
+    }
+
+    // refold folds every finished run but the newest run of the
+    // conversation, unless the person folded or unfolded it.
+    refold() {
+      let last = null;
+      for (const n of this.chat.querySelectorAll(':scope > .run')) last = n;
+      for (const r of this.runs.values()) {
+        const auto = !!r.end && r.node !== last;
+        r.setFolded(r.userFold === null ? auto : r.userFold);
+      }
     }
 
     flowItem(cls, ...kids) {
       const n = el('div', { class: 'flow ' + (cls || '') }, ...kids);
-      this.place(n);
+      this.place(n, [0, this.seqNow || 0]);
       return n;
     }
 
@@ -782,17 +960,21 @@
       if (RUN_EVENTS.has(ev.type) && !runId) return; // malformed: these always name their run
       switch (ev.type) {
         case 'user.message': {
+          // A message that arrives while runs are going may be the one that
+          // interrupts or replaces them (when_busy): if one of them then
+          // ends interrupted or cancelled, a person stopped it.
+          for (const o of this.runs.values()) if (o.id !== runId && !o.end && o.status === 'running') o.nextMessage = true;
           const r = this.run(runId, ev.created_at);
           r.times.created = ev.created_at;
+          r.seq.message = ev.seq;
           r.setUserText(p.text ?? '');
           if (!r.confirmed) {
             r.confirmed = true;
-            if (r.node.classList.contains('optimistic')) {
-              r.node.classList.remove('optimistic');
-              this.place(r.node); // to its place in the log
-            }
+            r.node.classList.remove('optimistic');
           }
+          this.placeRun(r); // to its place in the log
           r.render();
+          this.refold();
           this.changed();
           break;
         }
@@ -801,8 +983,16 @@
           if (!r.end && r.status !== 'running') {
             r.status = 'queued';
             r.position = p.position || 0;
+            // A run queued ahead of others (when_busy interrupt or
+            // rollback) moves them back one place.
+            if (r.position) {
+              for (const o of this.runs.values()) {
+                if (o !== r && !o.end && o.status === 'queued' && o.position >= r.position) o.position++;
+              }
+            }
           }
           r.times.queued = ev.created_at;
+          this.requeue();
           r.render();
           this.changed();
           break;
@@ -810,8 +1000,11 @@
         case 'session.run_started': {
           const r = this.run(runId, ev.created_at);
           if (r.times.started) r.resumed = true;
-          else r.times.started = ev.created_at;
+          else { r.times.started = ev.created_at; r.seq.started = ev.seq; }
+          this.leaveQueue(r);
           if (!r.end) r.status = 'running';
+          this.placeRun(r);
+          this.requeue();
           r.render();
           this.changed();
           break;
@@ -848,6 +1041,8 @@
           const t = this.tools.get(p.tool_use_id);
           if (t) this.setToolState(t, 'awaiting approval', 'waiting');
           if (!this.answered.has(p.tool_use_id) && !r.end) {
+            r.waiting.add(p.tool_use_id);
+            r.render();
             this.addApproval({ tool_use_id: p.tool_use_id, run_id: runId, name: p.name, input: p.input, created_at: ev.created_at });
           }
           break;
@@ -862,7 +1057,10 @@
             if (!p.allow && p.deny_message) t.extra.textContent = 'Denied: ' + p.deny_message;
           }
           const r = runId && this.runs.get(runId);
-          if (r) r.addNote((p.allow ? 'Allowed ' : 'Denied ') + (t ? t.name : 'a tool call') + (p.deny_message ? ': ' + p.deny_message : ''), p.allow ? 'ok' : 'bad');
+          if (r) {
+            r.addNote((p.allow ? 'Allowed ' : 'Denied ') + (t ? t.name : 'a tool call') + (p.deny_message ? ': ' + p.deny_message : ''), p.allow ? 'ok' : 'bad');
+            if (r.waiting.delete(p.tool_use_id)) r.render();
+          }
           break;
         }
         case 'agent.tool_result': {
@@ -877,11 +1075,17 @@
             this.setToolState(t, 'in doubt', 'doubt');
             t.extra.textContent = 'In doubt: the call was executing when its server was lost. It may or may not have taken effect, and it is never run again.';
             t.node.open = true;
+          } else if (p.is_error && t.state === 'denied') {
+            this.setToolState(t, 'denied', 'error');
+          } else if (p.is_error && typeof p.output === 'string' && p.output.startsWith(CUT_OUTPUT)) {
+            // The run was stopped while the call ran: not the tool's error.
+            this.setToolState(t, 'stopped', 'stopped');
           } else if (p.is_error) {
-            this.setToolState(t, t.state === 'denied' ? 'denied' : 'error', 'error');
+            this.setToolState(t, 'error', 'error');
           } else {
             this.setToolState(t, 'done', 'ok');
           }
+          if (r.waiting.delete(p.tool_use_id)) r.render();
           break;
         }
         case 'user.supplement': {
@@ -912,6 +1116,7 @@
         }
         case 'user.interrupt': {
           const r = runId ? this.runs.get(runId) : null;
+          if (r && p.accepted) r.byYou = true;
           const what = (p.mode === 'interrupt' ? 'Interrupt' : 'Stop') + ' requested' + (p.accepted ? '' : ' (not accepted: nothing to stop)') + (p.message ? ': ' + p.message : '');
           if (r) r.addNote(what, 'stop');
           else this.flowItem('system', what);
@@ -923,18 +1128,25 @@
         }
         case 'session.run_completed': {
           const r = this.run(runId, ev.created_at);
+          this.leaveQueue(r);
           r.end = p;
+          if ((p.reason === 'interrupted' || p.reason === 'cancelled') && r.nextMessage) r.byYou = true;
           r.status = 'ended';
           r.stopping = false;
+          r.waiting.clear();
           r.times.ended = ev.created_at;
+          r.seq.ended = ev.seq;
           if (p.error) r.flash('Error: ' + p.error);
           else r.msg.hidden = true;
           this.endedRuns.add(runId);
           for (const [id, c] of this.pending) if (c.run_id === runId) this.removeApproval(id);
           for (const t of this.tools.values()) {
-            if (t.run === r && (t.stateCls === 'waiting' || t.stateCls === 'running')) this.setToolState(t, 'not completed', 'error');
+            if (t.run === r && (t.stateCls === 'waiting' || t.stateCls === 'running')) this.setToolState(t, 'stopped', 'stopped');
           }
+          this.placeRun(r);
+          this.requeue();
           r.render();
+          this.refold();
           this.renderRuns();
           this.changed();
           break;
@@ -958,6 +1170,16 @@
           // New event types may be added; ignore the ones we do not know.
           break;
       }
+    }
+
+    // leaveQueue is a run leaving the queue (it started, or ended while
+    // queued): the runs behind it move up one place.
+    leaveQueue(r) {
+      if (r.status !== 'queued' || !r.position) return;
+      for (const o of this.runs.values()) {
+        if (o !== r && !o.end && o.status === 'queued' && o.position > r.position) o.position--;
+      }
+      r.position = 0;
     }
 
     toolNode(r, s, p) {
@@ -994,7 +1216,7 @@
       if (n) {
         if (!optimistic && n.node.classList.contains('optimistic')) {
           n.node.classList.remove('optimistic');
-          this.place(n.node);
+          this.place(n.node, [0, this.seqNow || 0]);
         }
         return n;
       }
@@ -1004,8 +1226,8 @@
         el('p', { class: 'text', text }));
       n = { node, status, text };
       this.notes.set(id, n);
-      if (optimistic) this.chat.append(node);
-      else this.place(node);
+      if (optimistic) this.place(node, [2, ++optimisticN]);
+      else this.place(node, [0, this.seqNow || 0]);
       return n;
     }
 
@@ -1041,13 +1263,15 @@
             return;
           }
           if (isNetworkError(e)) noteServerDown();
-          setError(err, 'Could not send the answer: ' + explain(e, true));
+          setError(err, 'Could not send the answer: ' + explain(e, true), isNetworkError(e));
           allowBtn.disabled = denyBtn.disabled = false;
         }
       };
       allowBtn.addEventListener('click', () => answer(true));
       card.addEventListener('submit', (e) => { e.preventDefault(); answer(false); });
       this.pending.set(c.tool_use_id, { ...c, node: card });
+      const rb = c.run_id && this.runs.get(c.run_id);
+      if (rb && !rb.end && !rb.waiting.has(c.tool_use_id)) { rb.waiting.add(c.tool_use_id); rb.render(); }
       $('approval-cards').append(card);
       $('approvals').hidden = false;
     }
@@ -1076,6 +1300,7 @@
       updateComposer(); // busy or idle follows the events at once
       clearTimeout(this.refreshTimer);
       this.refreshTimer = setTimeout(() => this.refresh(), 150);
+      soonSessions(300); // its title, busy marker and waiting count in the list
     }
 
     async refresh(all) {
@@ -1105,8 +1330,9 @@
         // Queue positions move as runs ahead end.
         (info.queued_run_ids || []).forEach((id, i) => {
           const r = this.runs.get(id);
-          if (r && !r.end && r.status !== 'running') { r.status = 'queued'; r.position = i + 1; r.render(); }
+          if (r && !r.end && r.status !== 'running') { r.status = 'queued'; r.position = i + 1; }
         });
+        this.requeue();
         this.renderHead();
         this.renderRuns();
       } catch (e) {
@@ -1157,26 +1383,38 @@
 
     renderRuns() {
       const tbody = $('runs-table').querySelector('tbody');
-      const rows = this.apiRuns.map((a) => {
+      // Newest first in the order the runs ran or will run (the
+      // conversation's order, reversed): after a Replace the replacement is
+      // below a run queued before it, which runs after it.
+      const keyOf = (a, i) => { const b = this.runs.get(a.run_id); return b ? b.key() : [3, -i]; };
+      const ordered = this.apiRuns.map((a, i) => [keyOf(a, i), a]).sort((x, y) => cmpKey(y[0], x[0])).map((x) => x[1]);
+      const rows = ordered.map((a) => {
         const b = this.runs.get(a.run_id);
-        const st = b && b.end ? statusOf(b) : (b && !a.ended_at && b.status === 'running' ? statusOf(b) : { text: String(a.status || '').toLowerCase(), cls: apiStatusCls(a) });
-        // The log may be ahead of the last refresh: an end it shows wins.
+        // The log may be ahead of the last refresh: what it shows wins.
+        const st = b && (b.end || (!a.ended_at && b.status !== 'created')) ? statusOf(b) : apiStatus(a);
         const started = a.started_at || (b && b.times.started);
         const ended = a.ended_at || (b && b.end && b.times.ended);
         let dur = '';
         if (started && ended) dur = fmtDuration(new Date(ended) - new Date(started));
-        else if (started) dur = 'running ' + fmtDuration(Date.now() - new Date(started));
-        else if (ended) dur = 'never started';
-        const u = b && b.final && b.final.usage;
-        const tokens = u ? (u.input_tokens ?? '?') + ' / ' + (u.output_tokens ?? '?') : '';
+        else if (started) dur = fmtDuration(Date.now() - new Date(started)) + ' so far';
+        else if (ended) dur = 'never ran';
+        const u = a.usage || (b && b.final && b.final.usage);
+        const tokens = u && (u.input_tokens || u.output_tokens) ? fmtCount(u.input_tokens) + ' / ' + fmtCount(u.output_tokens) : '';
+        const exact = tokens ? (u.input_tokens ?? '?') + ' input / ' + (u.output_tokens ?? '?') + ' output tokens' : null;
+        const why = a.error || (b && b.end && b.end.error) || a.reason || (b && b.end && b.end.reason) || '';
         const go = el('button', { type: 'button', class: 'link', title: a.run_id, 'aria-label': 'Show run ' + a.run_id,
-          onclick: () => { const blk = this.runs.get(a.run_id); if (blk) { blk.node.scrollIntoView({ block: 'start' }); blk.node.focus({ preventScroll: true }); } } }, shortId(a.run_id));
+          onclick: () => {
+            const blk = this.runs.get(a.run_id);
+            if (!blk) return;
+            if (blk.folded) { blk.userFold = false; blk.setFolded(false); }
+            blk.node.scrollIntoView({ block: 'start' });
+            blk.node.focus({ preventScroll: true });
+          } }, shortId(a.run_id));
         return el('tr', { dataset: { runId: a.run_id } },
           el('td', { title: 'created ' + fmtDateTime(a.created_at) }, go),
-          el('td', null, el('span', { class: 'badge st-' + st.cls, text: st.text })),
-          el('td', { text: a.reason || (b && b.end && b.end.reason) || '', title: a.error || (b && b.end && b.end.error) || null }),
-          el('td', { text: dur }),
-          el('td', { text: tokens, title: tokens ? 'input / output tokens' : null }));
+          el('td', { title: why ? 'reason: ' + why : null }, el('span', { class: 'badge st-' + st.cls, text: st.text })),
+          el('td', { class: 'num', text: dur }),
+          el('td', { class: 'num', text: tokens, title: exact }));
       });
       tbody.replaceChildren(...rows);
       $('runs-count').textContent = rows.length ? '(' + rows.length + ')' : '';
@@ -1218,11 +1456,14 @@
           if (!blk) {
             blk = new RunBlock(this, r.run_id);
             blk.node.classList.add('optimistic');
+            blk.optimisticN = ++optimisticN;
             this.runs.set(r.run_id, blk);
-            this.chat.append(blk.node);
             blk.setUserText(text);
+            this.placeRun(blk);
+            this.refold();
           }
           if (!blk.end && blk.status === 'created') blk.status = r.status === 'QUEUED' ? 'queued' : 'running';
+          this.placeRun(blk);
           blk.render();
           scrollToBottom();
           this.changed();
@@ -1234,7 +1475,7 @@
           noteServerDown();
           // The request may have reached the server and only its answer
           // been lost: the client_id makes a resend safe.
-          setError($('send-error'), 'Could not reach the server, or its answer was lost (' + (e.message || 'network error') + '). Your text is kept: send it again, it will not run twice.');
+          setError($('send-error'), 'Could not reach the server, or its answer was lost (' + (e.message || 'network error') + '). Your text is kept: send it again, it will not run twice.', true);
         } else {
           setError($('send-error'), 'Not sent. ' + explain(e, true));
         }
@@ -1264,22 +1505,22 @@
       } catch (e) {
         if (current !== this) return;
         if (isNetworkError(e)) noteServerDown();
-        setError($('note-error'), 'Note not added. ' + explain(e, true));
+        setError($('note-error'), 'Note not added. ' + explain(e, true), isNetworkError(e));
       } finally {
         $('add-note').disabled = false;
       }
     }
   }
 
-  function apiStatusCls(a) {
+  // apiStatus is the words for a run known only from GET …/runs (the log
+  // has not shown it yet).
+  function apiStatus(a) {
     switch (a.status) {
-      case 'RUNNING': return 'running';
-      case 'QUEUED': case 'CREATED': return 'queued';
-      case 'COMPLETED': return a.reason === 'interrupted' ? 'interrupted' : 'completed';
-      case 'CANCELLED': return a.reason === 'timeout' ? 'timeout' : 'cancelled';
-      case 'FAILED': return 'failed';
+      case 'RUNNING': return { text: 'running', cls: 'running' };
+      case 'QUEUED': return { text: 'queued' + (a.position ? ' · ' + ordinal(a.position) : ''), cls: 'queued' };
+      case 'CREATED': return { text: 'starting', cls: 'queued' };
     }
-    return 'idle';
+    return statusOf({ end: { status: a.status, reason: a.reason }, times: { started: a.started_at }, waiting: new Set() });
   }
 
   // sse yields the messages of a text/event-stream body (the WHATWG
@@ -1353,6 +1594,23 @@
       const d = document.scrollingElement || document.documentElement;
       window.scrollTo(0, d.scrollHeight);
     });
+  }
+
+  // clearOutageErrors takes away the error boxes that said the server could
+  // not be reached, once it can be again.
+  function clearOutageErrors() {
+    for (const n of ['session-error', 'sessions-error', 'new-error', 'note-error', 'send-error']) {
+      if ($(n).dataset.outage) setError($(n), '');
+    }
+    setError($('session-error'), '');
+    setError($('sessions-error'), '');
+    if (current) {
+      for (const r of current.runs.values()) if (r.msg.dataset.outage) { r.msg.hidden = true; delete r.msg.dataset.outage; }
+      for (const c of current.pending.values()) {
+        const e = c.node.querySelector('.error');
+        if (e && e.dataset.outage) setError(e, '');
+      }
+    }
   }
 
   function flashChat(text) {
