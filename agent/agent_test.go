@@ -134,13 +134,13 @@ func (r *recorder) requests() []model.Request {
 }
 
 type env struct {
-	t      *testing.T
-	model  *recorder
-	tools  *tool.Registry
-	agent  *agent.Agent
-	hist   *history
-	inbox  *inbox.Memory
-	gate   *tool.Gate
+	t     *testing.T
+	model *recorder
+	tools *tool.Registry
+	agent *agent.Agent
+	hist  *history
+	inbox *inbox.Memory
+	gate  *tool.Gate
 }
 
 func newEnv(t *testing.T, script string, extra ...tool.Tool) *env {

@@ -27,22 +27,22 @@ import (
 // change pairs with one write of lifecycle.go (or with the store's word that
 // someone else wrote it):
 //
-//	                 admit (queued) / track
-//	                        │
-//	                        ▼            claimNext: ended / gone
-//	     ┌───────────── held ──────────────────────────▶ ended / handedOff
-//	     │ stop or       │ admit (claimed at once) / claimNext
-//	     │ deadline      ▼
-//	     ▼            claimed ──── lease lost ─────────▶ fenced
-//	 heldEnding          │ its loop begins                  ▲
-//	  │ end(queued)      ▼                                  │
-//	  │ written ──▶ ended executing ──── lease lost ────────┤
-//	  │ not queued       │ the loop returns (or a stop      │
-//	  ▼ any more         │ reached it before it began)      │ end write
-//	 heldStopped ─claim─▶ ending ───────────────────────────┘ failed
-//	  │ gone             │ end written      │ park written
-//	  ▼                  ▼                  ▼
-//	 handedOff         ended              parked
+//	                admit (queued) / track
+//	                       │
+//	                       ▼            claimNext: ended / gone
+//	    ┌───────────── held ──────────────────────────▶ ended / handedOff
+//	    │ stop or       │ admit (claimed at once) / claimNext
+//	    │ deadline      ▼
+//	    ▼            claimed ──── lease lost ─────────▶ fenced
+//	heldEnding          │ its loop begins                  ▲
+//	 │ end(queued)      ▼                                  │
+//	 │ written ──▶ ended executing ──── lease lost ────────┤
+//	 │ not queued       │ the loop returns (or a stop      │
+//	 ▼ any more         │ reached it before it began)      │ end write
+//	heldStopped ─claim─▶ ending ───────────────────────────┘ failed
+//	 │ gone             │ end written      │ park written
+//	 ▼                  ▼                  ▼
+//	handedOff         ended              parked
 //
 // held, heldEnding and heldStopped are QUEUED in the store (or were, until
 // a write this instance has not seen yet); claimed, executing and ending

@@ -163,13 +163,13 @@ type Observer interface {
 // Service is the sessions service. Create it with New, call Start, and
 // Drain before exit.
 type Service struct {
-	cfg      Config
-	st       store.Store
-	agent    *agent.Agent
-	gate     *tool.Gate
-	log      *slog.Logger
-	ctx      context.Context // parent of every run; cancelled by Close
-	stop     context.CancelFunc
+	cfg   Config
+	st    store.Store
+	agent *agent.Agent
+	gate  *tool.Gate
+	log   *slog.Logger
+	ctx   context.Context // parent of every run; cancelled by Close
+	stop  context.CancelFunc
 
 	life *lifecycle
 
@@ -258,19 +258,19 @@ func New(cfg Config) (*Service, error) {
 	}
 	ctx, stop := context.WithCancel(context.Background())
 	s := &Service{
-		cfg:        cfg,
-		st:         cfg.Store,
-		agent:      cfg.Agent,
-		gate:       tool.NewGate(),
-		log:        cfg.Logger,
-		ctx:        ctx,
-		stop:       stop,
-		live:       map[string]*liveRun{},
-		local:      map[rein.SessionKey]*liveRun{},
-		pumps:      map[rein.SessionKey]*pump{},
-		admits:     map[rein.SessionKey]int{},
-		tracer:     spans.Tracer(cfg.TracerProvider),
-		tracing:    spans.Enabled(cfg.TracerProvider),
+		cfg:     cfg,
+		st:      cfg.Store,
+		agent:   cfg.Agent,
+		gate:    tool.NewGate(),
+		log:     cfg.Logger,
+		ctx:     ctx,
+		stop:    stop,
+		live:    map[string]*liveRun{},
+		local:   map[rein.SessionKey]*liveRun{},
+		pumps:   map[rein.SessionKey]*pump{},
+		admits:  map[rein.SessionKey]int{},
+		tracer:  spans.Tracer(cfg.TracerProvider),
+		tracing: spans.Enabled(cfg.TracerProvider),
 	}
 	s.probe = &probe{s: s, spans: spans.Agent{Tracer: s.tracer}}
 	s.parkOnStop = s.draining.Load

@@ -1,6 +1,5 @@
 package sessions
 
-
 // Stats is a snapshot of the runs this instance holds live, for gauges
 // (queue depth, runs by status). Runs held by other instances sharing the
 // store are not counted: each instance reports its own, and a dashboard
