@@ -96,7 +96,7 @@ func (s *Service) finishingHere(lr *liveRun) []chan struct{} {
 	defer s.mu.Unlock()
 	var out []chan struct{}
 	for cur := s.local[lr.key()]; cur != nil; cur = cur.nextLocal {
-		if cur != lr && cur.state().holdsTurn() {
+		if cur != lr && cur.state().claimedHere() {
 			out = append(out, cur.done)
 		}
 	}

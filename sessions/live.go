@@ -118,9 +118,9 @@ func (st runState) final() bool { return st >= stParked }
 // not begun).
 func (st runState) held() bool { return st <= stHeldStopped }
 
-// holdsTurn reports whether the run holds, or held until a moment ago, the
-// session's turn here: claimed and not yet let go.
-func (st runState) holdsTurn() bool { return st >= stClaimed && st <= stEnding || st == stFenced }
+// claimedHere reports whether the store gave the run the turn here (it may
+// have ended, parked or lost it since: a run is let go right after).
+func (st runState) claimedHere() bool { return st >= stClaimed && st != stHandedOff }
 
 // liveRun is a run this instance holds a handle for: one it admitted and
 // waits to claim, or one it claimed (or resumed) and executes.
@@ -374,7 +374,7 @@ func (s *Service) stopping() bool { return s.draining.Load() }
 // (claimNext's executor): claimed here and not yet let go.
 func (s *Service) executesHere(runID string) bool {
 	lr := s.liveRun(runID)
-	return lr != nil && lr.state().holdsTurn()
+	return lr != nil && lr.state().claimedHere()
 }
 
 // noteStop remembers when a stop was requested, for the latency metric.

@@ -183,7 +183,7 @@ func (s *Service) executing() []*liveRun {
 	defer s.mu.Unlock()
 	var out []*liveRun
 	for _, lr := range s.live {
-		if lr.state().holdsTurn() {
+		if lr.state().claimedHere() {
 			out = append(out, lr)
 		}
 	}
