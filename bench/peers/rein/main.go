@@ -1,6 +1,6 @@
 // Command rein is Rein's side of the peer comparison (bench/peers), at two
 // levels: rein-engine drives the run engine and the agent loop directly
-// (run.Engine + agent, nothing stored: what a library user embeds), and
+// (run.Run + agent, nothing stored: what a library user embeds), and
 // rein-memory / rein-sqlite drive the sessions service over the memory and
 // the SQLite store (admission, turn lease, every lifecycle write and the
 // event log: what `rein serve` runs behind its HTTP API).
