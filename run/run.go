@@ -143,16 +143,16 @@ func (r *Run) Execute(parent context.Context, fn Func) (res Result, begun bool) 
 	ctx, c, ok := r.Begin(parent)
 	var out Outcome
 	if ok {
-		out = Call(fn, ctx, c)
+		out = call(fn, ctx, c)
 	}
 	res = r.Decide(out)
 	r.Release()
 	return res, ok
 }
 
-// Call calls fn with the run's work context and control (from Begin): a
+// call calls fn with the run's work context and control (from Begin): a
 // panic is the run's failure rather than the process's.
-func Call(fn Func, ctx context.Context, c *Control) (out Outcome) {
+func call(fn Func, ctx context.Context, c *Control) (out Outcome) {
 	defer func() {
 		if p := recover(); p != nil {
 			out = Outcome{Reason: rein.ReasonError, Err: fmt.Errorf("run panicked: %v", p)}

@@ -126,7 +126,7 @@ func (s *Service) runClaimed(lr *liveRun, ctx context.Context, ctl *run.Control,
 	}
 	var out run.Outcome
 	if begun && ctx.Err() == nil {
-		out = run.Call(func(ctx context.Context, c *run.Control) run.Outcome { return s.execute(ctx, c, lr) }, ctx, ctl)
+		out = s.executeSafely(ctx, ctl, lr)
 	} else if begun {
 		// A stop reached it before its loop began: it ends as a stop of a
 		// run that did nothing yet.
@@ -139,6 +139,17 @@ func (s *Service) runClaimed(lr *liveRun, ctx context.Context, ctl *run.Control,
 	res := lr.h.Decide(out)
 	lr.h.Release()
 	s.finish(lr, res, executed)
+}
+
+// executeSafely is execute with a panic turned into the run's failure
+// rather than the process's.
+func (s *Service) executeSafely(ctx context.Context, c *run.Control, lr *liveRun) (out run.Outcome) {
+	defer func() {
+		if p := recover(); p != nil {
+			out = run.Outcome{Reason: rein.ReasonError, Err: fmt.Errorf("run panicked: %v", p)}
+		}
+	}()
+	return s.execute(ctx, c, lr)
 }
 
 // endClaimedUnstarted records the end of a run claimed here whose held
