@@ -134,14 +134,13 @@ func (r *recorder) requests() []model.Request {
 }
 
 type env struct {
-	t      *testing.T
-	engine *run.Engine
-	model  *recorder
-	tools  *tool.Registry
-	agent  *agent.Agent
-	hist   *history
-	inbox  *inbox.Memory
-	gate   *tool.Gate
+	t     *testing.T
+	model *recorder
+	tools *tool.Registry
+	agent *agent.Agent
+	hist  *history
+	inbox *inbox.Memory
+	gate  *tool.Gate
 }
 
 func newEnv(t *testing.T, script string, extra ...tool.Tool) *env {
@@ -154,7 +153,7 @@ func newEnv(t *testing.T, script string, extra ...tool.Tool) *env {
 	if err != nil {
 		t.Fatal(err)
 	}
-	e := &env{t: t, engine: run.NewEngine(run.EngineOptions{}), model: &recorder{Model: m}, tools: reg,
+	e := &env{t: t, model: &recorder{Model: m}, tools: reg,
 		hist: &history{}, inbox: inbox.NewMemory(nil), gate: tool.NewGate()}
 	e.agent, err = agent.New(agent.Config{Model: e.model, Tools: reg, MaxSteps: 4})
 	if err != nil {
@@ -173,24 +172,57 @@ func (c confirmer) Open(req agent.ConfirmRequest) (agent.Pending, error) {
 }
 
 // start starts a run of input and returns its handle and event sink.
-func (e *env) start(runID, input string) (*run.Run, *sink) {
+func (e *env) start(runID, input string) (*execution, *sink) {
 	e.t.Helper()
 	sk := newSink()
 	turn := &agent.Turn{Session: sess, RunID: runID, Input: input, Events: sk,
 		Journal: agent.NewJournal(runID, e.hist, sk, e.inbox.Session(sess)), Confirm: confirmer{gate: e.gate}, Workspace: e.t.TempDir()}
-	r, err := e.engine.Prepare(func(ctx context.Context, c *run.Control) run.Outcome {
+	r := goRun(runID, func(ctx context.Context, c *run.Control) run.Outcome {
 		return e.agent.Run(ctx, c, turn)
-	}, run.Options{ID: runID, Session: sess})
-	if err != nil {
-		e.t.Fatal(err)
-	}
-	if _, err := r.Start(); err != nil {
-		e.t.Fatal(err)
-	}
+	})
 	return r, sk
 }
 
-func waitRun(t *testing.T, r *run.Run, within time.Duration) run.Result {
+// execution is a run of the loop on a goroutine of its own, as a runtime
+// executes it: the handle (the stop wire) and its end.
+type execution struct {
+	*run.Run
+	done chan struct{}
+	res  run.Result
+}
+
+// goRun executes fn as the run id on a goroutine of its own.
+func goRun(id string, fn run.Func) *execution {
+	x := &execution{Run: run.New(run.Options{ID: id}), done: make(chan struct{})}
+	go func() {
+		x.res, _ = x.Execute(context.Background(), fn)
+		close(x.done)
+	}()
+	return x
+}
+
+// Done is closed once the run's result is decided.
+func (x *execution) Done() <-chan struct{} { return x.done }
+
+// Result is the run's result; ok is false until it is decided.
+func (x *execution) Result() (run.Result, bool) {
+	select {
+	case <-x.done:
+		return x.res, true
+	default:
+		return run.Result{}, false
+	}
+}
+
+// Status is RUNNING until the run ended, then its result's status.
+func (x *execution) Status() rein.RunStatus {
+	if res, ok := x.Result(); ok {
+		return res.Status
+	}
+	return rein.StatusRunning
+}
+
+func waitRun(t *testing.T, r *execution, within time.Duration) run.Result {
 	t.Helper()
 	select {
 	case <-r.Done():

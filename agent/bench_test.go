@@ -42,23 +42,16 @@ func benchAgent(b *testing.B, script string) (*agent.Agent, model.Model) {
 // loop with an instant scripted model: one step, no tools, one delta.
 func BenchmarkRunOverhead(b *testing.B) {
 	a, _ := benchAgent(b, "rules:\n  - steps:\n      - text: \"ok\"\n")
-	e := run.NewEngine(run.EngineOptions{})
 	ctx := context.Background()
 	b.ReportAllocs()
 	b.ResetTimer()
 	for i := 0; i < b.N; i++ {
 		key := rein.SessionKey{Owner: "o", ID: "s"}
 		turn := &agent.Turn{Session: key, RunID: "r", Input: "hi", Journal: agent.NewJournal("r", nopHistory{}, nopSink{}, nil), Events: nopSink{}}
-		r, err := e.Prepare(func(ctx context.Context, c *run.Control) run.Outcome {
+		r := run.New(run.Options{ID: "r"})
+		if res, _ := r.Execute(ctx, func(ctx context.Context, c *run.Control) run.Outcome {
 			return a.Run(ctx, c, turn)
-		}, run.Options{ID: "r", Session: key})
-		if err != nil {
-			b.Fatal(err)
-		}
-		if _, err := r.Start(); err != nil {
-			b.Fatal(err)
-		}
-		if res, _ := r.Wait(ctx); res.Status != rein.StatusCompleted {
+		}); res.Status != rein.StatusCompleted {
 			b.Fatalf("%+v", res)
 		}
 	}
@@ -67,18 +60,17 @@ func BenchmarkRunOverhead(b *testing.B) {
 // BenchmarkCancelLatency measures Cancel → terminal (Done closed) for a run
 // blocked in a model stream, as p50/p99.
 func BenchmarkCancelLatency(b *testing.B) {
-	stopLatency(b, func(r *run.Run) { r.Cancel() }, rein.StatusCancelled)
+	stopLatency(b, func(r *execution) { r.Cancel() }, rein.StatusCancelled)
 }
 
 // BenchmarkInterruptLatency measures Interrupt → terminal for a run whose
 // model is blocked mid-stream (one delta sent, the next never comes).
 func BenchmarkInterruptLatency(b *testing.B) {
-	stopLatency(b, func(r *run.Run) { r.Interrupt("") }, rein.StatusCompleted)
+	stopLatency(b, func(r *execution) { r.Interrupt("") }, rein.StatusCompleted)
 }
 
-func stopLatency(b *testing.B, stop func(*run.Run), want rein.RunStatus) {
+func stopLatency(b *testing.B, stop func(*execution), want rein.RunStatus) {
 	a, _ := benchAgent(b, "rules:\n  - steps:\n      - text: \"ok\"\n")
-	e := run.NewEngine(run.EngineOptions{})
 	lat := make([]time.Duration, 0, b.N)
 	b.ResetTimer()
 	for i := 0; i < b.N; i++ {
@@ -86,12 +78,9 @@ func stopLatency(b *testing.B, stop func(*run.Run), want rein.RunStatus) {
 		inStream := make(chan struct{})
 		m := blockedModel{entered: inStream}
 		turn := &agent.Turn{Session: key, RunID: "r", Input: "hi", Model: m, Journal: agent.NewJournal("r", nopHistory{}, nopSink{}, nil), Events: nopSink{}}
-		r, _ := e.Prepare(func(ctx context.Context, c *run.Control) run.Outcome {
+		r := goRun(fmt.Sprint("r", i), func(ctx context.Context, c *run.Control) run.Outcome {
 			return a.Run(ctx, c, turn)
-		}, run.Options{ID: fmt.Sprint("r", i), Session: key})
-		if _, err := r.Start(); err != nil {
-			b.Fatal(err)
-		}
+		})
 		<-inStream
 		t0 := time.Now()
 		stop(r)

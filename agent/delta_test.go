@@ -39,15 +39,9 @@ rules:
 	ds := &deltaSink{sink: newSink()}
 	turn := &agent.Turn{Session: sess, RunID: "run_d", Input: "hi", Events: ds,
 		Journal: agent.NewJournal("run_d", e.hist, ds, e.inbox.Session(sess))}
-	r, err := e.engine.Prepare(func(ctx context.Context, c *run.Control) run.Outcome {
+	r := goRun("run_d", func(ctx context.Context, c *run.Control) run.Outcome {
 		return e.agent.Run(ctx, c, turn)
-	}, run.Options{ID: "run_d", Session: sess})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := r.Start(); err != nil {
-		t.Fatal(err)
-	}
+	})
 	if res := waitRun(t, r, 10*time.Second); res.Reason != rein.ReasonStop {
 		t.Fatalf("run ended %s: %v", res.Reason, res.Err)
 	}

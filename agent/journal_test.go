@@ -61,7 +61,7 @@ func (j *recJournal) Finish(ctx context.Context, msgs []rein.Message, evs []rein
 
 // startWith starts a run whose journal is wrapped by wrap and whose turn
 // is adjusted by mod.
-func (e *env) startWith(runID, input string, wrap func(agent.Journal) agent.Journal, mod func(*agent.Turn)) (*run.Run, *sink) {
+func (e *env) startWith(runID, input string, wrap func(agent.Journal) agent.Journal, mod func(*agent.Turn)) (*execution, *sink) {
 	e.t.Helper()
 	sk := newSink()
 	j := agent.NewJournal(runID, e.hist, sk, e.inbox.Session(sess))
@@ -73,15 +73,9 @@ func (e *env) startWith(runID, input string, wrap func(agent.Journal) agent.Jour
 	if mod != nil {
 		mod(turn)
 	}
-	r, err := e.engine.Prepare(func(ctx context.Context, c *run.Control) run.Outcome {
+	r := goRun(runID, func(ctx context.Context, c *run.Control) run.Outcome {
 		return e.agent.Run(ctx, c, turn)
-	}, run.Options{ID: runID, Session: sess})
-	if err != nil {
-		e.t.Fatal(err)
-	}
-	if _, err := r.Start(); err != nil {
-		e.t.Fatal(err)
-	}
+	})
 	return r, sk
 }
 
@@ -408,7 +402,7 @@ rules:
             input: {seconds: 0}
       - text: "the final answer"
 `)
-	handle := make(chan *run.Run, 1)
+	handle := make(chan *execution, 1)
 	var j *cancelAtPending
 	h, _ := e.startWith("r1", "go", func(inner agent.Journal) agent.Journal {
 		j = &cancelAtPending{Journal: inner, cancel: func() {

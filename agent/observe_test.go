@@ -120,7 +120,7 @@ rules:
       - text: "unblocked"
 `
 
-func observedRun(t *testing.T, input string, w *watcher) (*run.Run, *sink, *markedModel) {
+func observedRun(t *testing.T, input string, w *watcher) (*execution, *sink, *markedModel) {
 	t.Helper()
 	base, err := scripted.Parse("observe.yaml", []byte(observeScript))
 	if err != nil {
@@ -135,15 +135,9 @@ func observedRun(t *testing.T, input string, w *watcher) (*run.Run, *sink, *mark
 	sk := newSink()
 	turn := &agent.Turn{Session: sess, RunID: "run_obs", Input: input, Events: sk, Observer: w,
 		Journal: agent.NewJournal("run_obs", e.hist, sk, e.inbox.Session(sess))}
-	r, err := e.engine.Prepare(func(ctx context.Context, c *run.Control) run.Outcome {
+	r := goRun("run_obs", func(ctx context.Context, c *run.Control) run.Outcome {
 		return a.Run(ctx, c, turn)
-	}, run.Options{ID: "run_obs", Session: sess})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := r.Start(); err != nil {
-		t.Fatal(err)
-	}
+	})
 	return r, sk, m
 }
 

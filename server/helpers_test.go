@@ -224,12 +224,9 @@ func (s *stack) results(token, sid string, events ...map[string]any) []map[strin
 }
 
 // afterRun is the when_busy of a message sent right after a run's
-// session.run_completed was seen. The sessions service waits for a run
-// that is recording its end, but for a moment after the run's OnTerminal
-// hooks removed it from the service's live set and before run.complete
-// releases its lane, admission still sees it running and "reject" can
-// answer session_busy (reported to the service's owner). Enqueue is the
-// same run a moment later.
+// session.run_completed was seen. The store frees the turn in the write
+// that logs it, so "reject" would do too; enqueue keeps these tests about
+// what they test, whatever the moment.
 var afterRun = map[string]any{"when_busy": "enqueue"}
 
 // send posts one user.message and returns its result.

@@ -342,7 +342,7 @@ var (
 	runsDesc = prometheus.NewDesc("rein_runs",
 		"Runs this instance holds live, by status (RUNNING, QUEUED).", []string{"status"}, nil)
 	queueDesc = prometheus.NewDesc("rein_queue_depth",
-		"Runs waiting in session lanes on this instance.", nil, nil)
+		"Runs held on this instance waiting for their session's turn.", nil, nil)
 	parkedDesc = prometheus.NewDesc("rein_runs_parked",
 		"Runs this instance last ran that are parked waiting for tool confirmations (RUNNING, executed by no one), as of its last look at the store.", nil, nil)
 )

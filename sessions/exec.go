@@ -13,20 +13,16 @@ import (
 	"github.com/reinhq/rein/agent"
 	"github.com/reinhq/rein/model"
 	"github.com/reinhq/rein/run"
-	"github.com/reinhq/rein/store"
 	"github.com/reinhq/rein/telemetry/spans"
 	"github.com/reinhq/rein/tool"
 )
 
-// startClaimed starts the handle of a run this instance just claimed.
+// startClaimed starts the execution of a run this instance just claimed
+// (admit or claimNext): its handle begins at once, so a stop from now on
+// reaches a run that holds the turn, and its loop runs on a goroutine of
+// its own.
 func (s *Service) startClaimed(c claim) {
 	lr := s.liveRun(c.rec.ID)
-	if lr == nil && c.local {
-		// Its handle here was stopped (and let go) between the claim and
-		// now: the run ends as the stop said, never runs.
-		s.endClaimedUnstarted(c)
-		return
-	}
 	if lr == nil {
 		var err error
 		if lr, err = s.track(c.rec); err != nil {
@@ -34,8 +30,29 @@ func (s *Service) startClaimed(c claim) {
 			return
 		}
 	}
+	after := s.finishingHere(lr)
 	lr.mu.Lock()
-	lr.rec, lr.lease, lr.started, lr.unparked = c.rec, c.lease, true, c.unparked
+	switch lr.st {
+	case stHeld:
+	case stHeldEnding:
+		// A stop's end of the held run is being written: that write finds
+		// the run claimed, and ends it as such.
+		lr.claim = &c
+		lr.mu.Unlock()
+		return
+	case stHeldStopped:
+		// A stop's end found it claimed: this is that claim.
+		lr.move(bits(stHeldStopped), stEnding)
+		lr.mu.Unlock()
+		s.endClaimedUnstarted(lr, c)
+		return
+	default:
+		lr.mu.Unlock()
+		s.log.Error("run claimed twice here", "session", c.rec.Key().String(), "run", c.rec.ID, "state", lr.state().String())
+		return
+	}
+	lr.move(bits(stHeld), stClaimed)
+	lr.rec, lr.lease, lr.unparked, lr.after = c.rec, c.lease, c.unparked, after
 	if c.resumed {
 		lr.attempt, lr.inTools = c.rec.Resumes+1, c.inTools
 	}
@@ -44,59 +61,124 @@ func (s *Service) startClaimed(c claim) {
 	}
 	lr.mu.Unlock()
 	lr.w.setFence(c.lease.Fence())
-	if _, err := lr.h.Start(); err != nil {
-		// The handle was stopped between the claim and now, before it
-		// could run: record the end it would have recorded.
-		// Its Finish may still be running (and may have seen it unclaimed,
-		// writing nothing): wait for the handle's end, then write the run's
-		// end as claimed (a no-op if Finish already did).
-		s.log.Debug("claimed run stopped before it started", "run", c.rec.ID, "err", err)
-		<-lr.h.Done()
-		if res, ok := lr.h.Result(); ok {
-			s.finishClaimed(lr, res)
-		}
-		return
-	}
+	ctx, ctl, begun := lr.h.Begin(s.ctx)
+	go s.runClaimed(lr, ctx, ctl, begun)
 	if s.draining.Load() {
 		// Claimed as the service began to stop, after it looked at what
 		// runs here: it is stopped like the others.
 		if s.closing.Load() {
-			lr.h.Cancel()
+			lr.drainStop(drainCancelled)
 		} else {
-			lr.h.Interrupt("server shutting down")
+			lr.drainStop(drainInterrupted)
 		}
-		s.mu.Lock()
-		s.drainLate = append(s.drainLate, lr) // for the drain's summary
-		s.mu.Unlock()
 	}
 }
 
-// endClaimedUnstarted records the end of a run claimed for a handle that a
-// stop let go before it could start: cancelled, or timed out.
-func (s *Service) endClaimedUnstarted(c claim) {
+// drainStop stops a run for a shutdown, noting how for the drain's summary.
+func (lr *liveRun) drainStop(how drainStop) {
+	lr.mu.Lock()
+	if how > lr.drain {
+		lr.drain = how
+	}
+	lr.mu.Unlock()
+	if how == drainCancelled {
+		lr.h.Cancel()
+	} else {
+		lr.h.Interrupt("server shutting down")
+	}
+}
+
+// finishingHere lists the runs of lr's session that hold, or held until a
+// moment ago, the turn here and are not let go yet: their end is written
+// (the store claimed lr), but their end's bookkeeping may still run.
+func (s *Service) finishingHere(lr *liveRun) []chan struct{} {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	var out []chan struct{}
+	for cur := s.local[lr.key()]; cur != nil; cur = cur.nextLocal {
+		if cur != lr && cur.state().claimedHere() {
+			out = append(out, cur.done)
+		}
+	}
+	return out
+}
+
+// waitPrevious, when set (tests), is called when a claimed run waits for
+// the runs of its session still finishing here.
+var waitPrevious func(runID string)
+
+// runClaimed is the execution of a claimed run, on a goroutine of its own.
+// A session's runs execute one after another on an instance: a run claimed
+// while the previous one still finishes here (its end written, its end's
+// bookkeeping not over) begins its loop only once that run is let go — so
+// the previous run's end hooks, metrics and span come before anything of
+// this one, and two executions of one session never overlap here.
+func (s *Service) runClaimed(lr *liveRun, ctx context.Context, ctl *run.Control, begun bool) {
+	lr.mu.Lock()
+	after := lr.after
+	lr.after = nil
+	lr.mu.Unlock()
+	if len(after) > 0 && waitPrevious != nil {
+		waitPrevious(lr.id)
+	}
+	for _, done := range after {
+		<-done
+	}
+	var out run.Outcome
+	if begun && ctx.Err() == nil {
+		out = s.executeSafely(ctx, ctl, lr)
+	} else if begun {
+		// A stop reached it before its loop began: it ends as a stop of a
+		// run that did nothing yet.
+		out = run.Outcome{Reason: rein.ReasonCancelled}
+	}
+	lr.mu.Lock()
+	executed := lr.st == stExecuting
+	lr.move(bits(stClaimed, stExecuting), stEnding) // not when fenced
+	lr.mu.Unlock()
+	res := lr.h.Decide(out)
+	lr.h.Release()
+	s.finish(lr, res, executed)
+}
+
+// executeSafely is execute with a panic turned into the run's failure
+// rather than the process's.
+func (s *Service) executeSafely(ctx context.Context, c *run.Control, lr *liveRun) (out run.Outcome) {
+	defer func() {
+		if p := recover(); p != nil {
+			out = run.Outcome{Reason: rein.ReasonError, Err: fmt.Errorf("run panicked: %v", p)}
+		}
+	}()
+	return s.execute(ctx, c, lr)
+}
+
+// endClaimedUnstarted records the end of a run claimed here whose held
+// handle a stop or its deadline ended before the claim was seen: cancelled
+// (or, as its stop asked, interrupted), or timed out.
+func (s *Service) endClaimedUnstarted(lr *liveRun, c claim) {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	reason := rein.ReasonCancelled
-	if !c.rec.Deadline.IsZero() && !c.rec.Deadline.After(s.now()) {
-		reason = rein.ReasonTimeout
+	res := lr.h.Decide(run.Outcome{})
+	lr.mu.Lock()
+	lr.rec, lr.lease = c.rec, c.lease
+	es := stoppedBeforeStart(c.rec.ID, lr.stopMode, res.Reason)
+	lr.mu.Unlock()
+	ended, err := s.endRun(ctx, lr, c.lease.Fence(), true, es)
+	if err != nil {
+		lr.moveTo(bits(stEnding), stFenced)
+	} else {
+		lr.moveTo(bits(stEnding), stEnded)
 	}
-	s.mu.Lock()
-	mode := s.claimStops[c.rec.ID]
-	delete(s.claimStops, c.rec.ID)
-	s.mu.Unlock()
-	es := stoppedBeforeStart(c.rec.ID, mode, reason)
-	reason = es.reason
-	ended, _, err := s.life.end(ctx, c.rec.Key(), c.lease.Fence(), c.rec.ID, true, es)
 	if err != nil {
 		s.log.Error("record end of a run stopped as it was claimed", "session", c.rec.Key().String(), "run", c.rec.ID, "err", err)
-		return
 	}
 	if ended != nil {
 		s.logEnd(ended, "")
 		s.releasedTurn(c.rec.Key())
-		s.runEnded(c.rec.Key(), c.rec.ID, reason.Status(), reason, nil)
+		s.runEnded(c.rec.Key(), c.rec.ID, es.reason.Status(), es.reason, nil)
 	}
-	s.kick(c.rec.Key())
+	s.observeEnd(lr, res)
+	s.letGo(lr)
 }
 
 // execute is the body of every run this instance executes: the agent loop
@@ -105,7 +187,11 @@ func (s *Service) execute(ctx context.Context, c *run.Control, lr *liveRun) run.
 	key := lr.key()
 	lr.mu.Lock()
 	rec, attempt, inTools := lr.rec, lr.attempt, lr.inTools
-	lr.executed = true
+	if !lr.move(bits(stClaimed), stExecuting) {
+		// Fenced before its loop began: it must write nothing.
+		lr.mu.Unlock()
+		return run.Outcome{Reason: rein.ReasonError, Err: rein.ErrLeaseLost}
+	}
 	lr.mu.Unlock()
 	s.cfg.Observer.RunStarted()
 	ctx = s.runStarted(ctx, lr, rec, attempt)
@@ -183,57 +269,26 @@ func (s *Service) execute(ctx context.Context, c *run.Control, lr *liveRun) run.
 	return ag.Loop.Run(ctx, c, &lr.turn)
 }
 
-// finish is the handle's Finish: it records the run's end in the store (one
-// write: see lifecycle.end) before the handle turns terminal.
-func (s *Service) finish(lr *liveRun, res run.Result) {
+// finish records the end of a run claimed here — its end (lifecycle.end),
+// or its parking (lifecycle.park) — and lets it go. executed says whether
+// its loop began here.
+func (s *Service) finish(lr *liveRun, res run.Result, executed bool) {
 	lr.mu.Lock()
-	started, lost, settled, traceID := lr.started, lr.lost, lr.settled, lr.traceID
-	if lr.expiry != nil {
-		lr.expiry.Stop()
-	}
+	st, traceID := lr.st, lr.traceID
 	lr.mu.Unlock()
-	// Stops whose own append failed are logged by the end below, if any.
-	defer lr.closeStops()
+	defer s.letGo(lr)
 	// Whatever path below ends the run's span, none is left open.
 	defer lr.endSpan(func(span trace.Span) { spans.EndRun(span, res.Status, res.Reason, errorText(res.Err)) })
-	switch {
-	case lost:
+	if st == stFenced {
 		lr.endSpan(spans.EndAbandoned)
 		s.runLog(slog.LevelWarn, "run abandoned: its turn lease was lost", lr.key(), lr.id, traceID)
 		return
-	case settled:
-		return
-	case !started && s.draining.Load() && res.Reason != rein.ReasonCancelled && res.Reason != rein.ReasonTimeout:
-		return
 	}
-	if started && errors.Is(res.Err, agent.ErrParked) {
+	if executed && errors.Is(res.Err, agent.ErrParked) {
 		s.park(lr)
 		return
 	}
-	if started {
-		s.finishClaimed(lr, res)
-		return
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	if ended, err := s.endRun(ctx, lr, store.Fence{}, false, endState{reason: res.Reason}); err != nil {
-		s.log.Error("record end of queued run", "session", lr.key().String(), "run", lr.id, "err", err)
-	} else if ended != nil {
-		s.logEnd(ended, "")
-		s.runEnded(lr.key(), lr.id, res.Reason.Status(), res.Reason, nil)
-	} else {
-		// Claimed a moment ago: the claim's own path writes the end; it
-		// needs to know how the stop asked the run to end.
-		lr.mu.Lock()
-		mode := lr.stopMode
-		lr.mu.Unlock()
-		if mode != "" {
-			s.mu.Lock()
-			s.claimStops[lr.id] = mode
-			s.mu.Unlock()
-		}
-	}
-	s.observeEnd(lr, res)
+	s.finishClaimed(lr, res, executed)
 }
 
 // stoppedBeforeStart is the end of a claimed run a stop reached before its
@@ -251,7 +306,7 @@ func stoppedBeforeStart(runID, mode string, reason rein.Reason) endState {
 // events flushed, then one write with its closing messages and events, the
 // terminal record, closed confirmations, session.run_completed and the
 // lease released.
-func (s *Service) finishClaimed(lr *liveRun, res run.Result) {
+func (s *Service) finishClaimed(lr *liveRun, res run.Result, executed bool) {
 	key := lr.key()
 	// The end is written whatever it takes: a deadline here would leave
 	// the run RUNNING until its lease expired and it was recovered, and
@@ -263,12 +318,17 @@ func (s *Service) finishClaimed(lr *liveRun, res run.Result) {
 	}
 	fence, err := lr.fence()
 	if err != nil {
+		lr.moveTo(bits(stEnding), stFenced)
 		return
 	}
 	lr.mu.Lock()
 	es := endState{reason: res.Reason, usage: res.Usage, msgs: lr.closingMsgs, evs: lr.closingEvs}
-	if !lr.executed {
-		es = stoppedBeforeStart(lr.id, lr.stopMode, res.Reason)
+	if !executed {
+		mode := lr.stopMode
+		if mode == "" && lr.h.Interrupted() {
+			mode = string(rein.StopInterrupt)
+		}
+		es = stoppedBeforeStart(lr.id, mode, res.Reason)
 		if es.reason != res.Reason {
 			res.Status, res.Reason, res.Err = rein.StatusCompleted, es.reason, nil
 		}
@@ -281,9 +341,15 @@ func (s *Service) finishClaimed(lr *liveRun, res run.Result) {
 		// Only a completed run has a final reply.
 		es.evs = withoutReply(es.evs)
 	}
-	if ended, err := s.endRun(ctx, lr, fence, true, es); err != nil {
+	ended, err := s.endRun(ctx, lr, fence, true, es)
+	if err != nil {
 		// The run stays RUNNING in the store; once its lease expires it is
 		// recovered (resumed from its last saved step).
+		lr.moveTo(bits(stEnding), stFenced)
+	} else {
+		lr.moveTo(bits(stEnding), stEnded)
+	}
+	if err != nil {
 		s.log.Error("record run end", "session", key.String(), "run", lr.id, "err", err)
 		lr.endSpan(func(span trace.Span) { spans.EndUnrecorded(span, err) })
 	} else if ended != nil {
@@ -320,8 +386,10 @@ func (s *Service) park(lr *liveRun) {
 	}
 	fence, err := lr.fence()
 	if err != nil {
+		lr.moveTo(bits(stEnding), stFenced)
 		return
 	}
+	lr.moveTo(bits(stEnding), stParked)
 	if err := s.life.park(ctx, lr.key(), fence); err != nil {
 		// The lease expires by itself; the run stays parked either way.
 		s.log.Warn("release the lease of a parked run", "session", lr.key().String(), "run", lr.id, "err", err)

@@ -32,7 +32,7 @@ func (s *Service) renewLoop() {
 		s.mu.Unlock()
 		for _, lr := range runs {
 			lr.mu.Lock()
-			l, ok := lr.lease, lr.started && !lr.lost
+			l, ok := lr.lease, lr.st == stClaimed || lr.st == stExecuting || lr.st == stEnding
 			lr.mu.Unlock()
 			if !ok || l == nil {
 				continue
@@ -48,17 +48,13 @@ func (s *Service) renewLoop() {
 				// A stop recorded on the run while its instance message was
 				// lost is applied here, at the latest one renewal later.
 				s.applyRecordedStop(lr.id)
-			case errors.Is(err, rein.ErrLeaseLost) && lr.h.Decided():
-				// The run's outcome is fixed and its end (or its parking)
-				// releases the lease in the same write: that write, fenced,
-				// is what finds out whether the lease was really lost.
-				continue
 			case errors.Is(err, rein.ErrLeaseLost):
+				// A run that is ending is left alone: its end (or its
+				// parking) releases the lease in the same write, and that
+				// write, fenced, is what finds out whether the lease was
+				// really lost.
 				lr.mu.Lock()
-				current := lr.lease == l
-				if current {
-					lr.lost = true
-				}
+				current := lr.lease == l && lr.move(bits(stClaimed, stExecuting), stFenced)
 				lr.mu.Unlock()
 				if current {
 					s.log.Error("turn lease lost; the run is fenced and stopped here", "session", lr.key().String(), "run", lr.id)

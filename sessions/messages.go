@@ -181,9 +181,9 @@ func (s *Service) applyRecordedStop(runID string) {
 		return
 	}
 	lr.mu.Lock()
-	started, applied := lr.started, lr.stopApplied
+	running, applied := lr.st == stClaimed || lr.st == stExecuting, lr.stopApplied
 	lr.mu.Unlock()
-	if !started || applied {
+	if !running || applied {
 		return
 	}
 	rec, err := s.st.GetRun(s.ctx, lr.key(), runID)

@@ -194,7 +194,7 @@ func (s *Service) unexecuted(active []*store.RunRecord) []*store.RunRecord {
 		if r.Status != rein.StatusRunning || r.Instance != s.cfg.Instance {
 			continue
 		}
-		if held, _ := s.localState(r.ID); held || s.isAdmitting(r.Key()) {
+		if s.liveRun(r.ID) != nil || s.isAdmitting(r.Key()) {
 			continue
 		}
 		out = append(out, r)

@@ -75,12 +75,14 @@ func (s *Service) runPump(key rein.SessionKey, p *pump) {
 		for _, id := range c.ended {
 			s.runEndedInStore(key, id)
 		}
-		for _, id := range append(c.ended, c.gone...) {
+		for _, id := range c.ended {
 			if lr := s.liveRun(id); lr != nil {
-				lr.mu.Lock()
-				lr.settled = true
-				lr.mu.Unlock()
-				lr.h.Expire()
+				s.settled(lr, stEnded)
+			}
+		}
+		for _, id := range c.gone {
+			if lr := s.liveRun(id); lr != nil {
+				s.settled(lr, stHandedOff)
 			}
 		}
 		if c.rec != nil {
@@ -96,7 +98,7 @@ func (s *Service) runPump(key rein.SessionKey, p *pump) {
 			}
 			continue
 		}
-		// Otherwise wait: runs held here end (OnTerminal kicks), admissions
+		// Otherwise wait: runs held here end (letGo kicks), admissions
 		// kick, and a turn held elsewhere is looked at again at its expiry.
 		var timer *time.Timer
 		var fire <-chan time.Time
@@ -170,7 +172,7 @@ func (s *Service) waiting(key rein.SessionKey) []string {
 		// A handle held for a run claimed at once (admitted RUNNING, or
 		// claimed by a pump) is about to be started by its claimer: it
 		// waits for nothing, and must not be taken for one gone.
-		if !lr.started && !lr.settled && lr.rec.Status == rein.StatusQueued {
+		if lr.st.held() && lr.rec.Status == rein.StatusQueued {
 			out = append(out, lr.id)
 		}
 		lr.mu.Unlock()

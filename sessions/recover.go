@@ -2,14 +2,12 @@ package sessions
 
 import (
 	"context"
-	"errors"
 	"maps"
 	"slices"
 	"sort"
 	"time"
 
 	"github.com/reinhq/rein"
-	"github.com/reinhq/rein/agent"
 )
 
 // Start takes up the work the store holds: every session with a queued or
@@ -82,7 +80,6 @@ func (s *Service) Drain(ctx context.Context, timeout time.Duration) error {
 	began := time.Now()
 	s.draining.Store(true)
 	touched := map[rein.SessionKey]bool{}
-	stopped := map[*liveRun]bool{} // the runs it stopped: true once cancelled
 	t := time.NewTimer(timeout)
 	defer t.Stop()
 	// Children first: the deepest activations are interrupted and waited
@@ -102,8 +99,7 @@ func (s *Service) Drain(ctx context.Context, timeout time.Duration) error {
 	for i, d := range depths {
 		for _, lr := range levels[d] {
 			touched[lr.key()] = true
-			lr.h.Interrupt("server shutting down")
-			stopped[lr] = false
+			lr.drainStop(drainInterrupted)
 		}
 		if i < len(depths)-1 && !expired {
 			expired = !waitEnded(ctx, levels[d], t.C)
@@ -113,31 +109,16 @@ func (s *Service) Drain(ctx context.Context, timeout time.Duration) error {
 		runs := s.executing()
 		s.log.Warn("drain timeout: cancelling the runs still running", "runs", len(runs), "drain_timeout", timeout)
 		for _, lr := range runs {
-			lr.h.Cancel()
-			stopped[lr] = true
+			lr.drainStop(drainCancelled)
 		}
 		s.waitIdle(ctx, nil)
 	}
 	sum := drainStats{queued: s.heldWaiting()}
+	// The runs it stopped, as they were let go (a run left waiting for its
+	// confirmations is counted with the parked runs below).
 	s.mu.Lock()
-	for _, lr := range s.drainLate {
-		if _, seen := stopped[lr]; !seen {
-			stopped[lr] = false
-		}
-	}
+	sum.interrupted, sum.cancelled = s.drained[drainInterrupted], s.drained[drainCancelled]
 	s.mu.Unlock()
-	for lr, cancelled := range stopped {
-		res, _ := lr.h.Result()
-		switch {
-		case errors.Is(res.Err, agent.ErrParked):
-			// Left waiting for its confirmations: counted with the parked
-			// runs below.
-		case cancelled:
-			sum.cancelled++
-		default:
-			sum.interrupted++
-		}
-	}
 	// The runs left waiting for confirmations, parked before the drain or
 	// during it: the store says which are this instance's.
 	if active, err := s.st.ListRunsByStatus(ctx, rein.StatusRunning); err == nil {
@@ -171,7 +152,7 @@ func (s *Service) Drain(ctx context.Context, timeout time.Duration) error {
 func waitEnded(ctx context.Context, runs []*liveRun, timeout <-chan time.Time) bool {
 	for _, lr := range runs {
 		select {
-		case <-lr.h.Done():
+		case <-lr.done:
 		case <-timeout:
 			return false
 		case <-ctx.Done():
@@ -188,25 +169,21 @@ func (s *Service) heldWaiting() int {
 	defer s.mu.Unlock()
 	n := 0
 	for _, lr := range s.live {
-		lr.mu.Lock()
-		if !lr.started && !lr.settled {
+		if lr.state().held() {
 			n++
 		}
-		lr.mu.Unlock()
 	}
 	return n
 }
 
-// executing returns the runs this instance has started and not yet ended.
+// executing returns the runs that hold their session's turn here and are
+// not let go yet.
 func (s *Service) executing() []*liveRun {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	var out []*liveRun
 	for _, lr := range s.live {
-		lr.mu.Lock()
-		started := lr.started
-		lr.mu.Unlock()
-		if started {
+		if lr.state().claimedHere() {
 			out = append(out, lr)
 		}
 	}
@@ -223,7 +200,7 @@ func (s *Service) waitIdle(ctx context.Context, timeout <-chan time.Time) bool {
 			return true
 		}
 		select {
-		case <-runs[0].h.Done():
+		case <-runs[0].done:
 		case <-timeout:
 			return false
 		case <-ctx.Done():

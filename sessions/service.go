@@ -5,8 +5,9 @@
 // the same stop semantics.
 //
 // It ties the pieces together: the store (durable sessions, runs, events,
-// inbox, confirmations, leases), the run engine (lanes, handles, registry)
-// and the agent loop. Runs it starts belong to it, never to the request
+// inbox, confirmations, leases), each run's stop wire (package run) and the
+// agent loop. A run held here has one state on this instance (live.go),
+// each change of it paired with one durable transition (lifecycle.go). Runs it starts belong to it, never to the request
 // that caused them (DESIGN.md rule 3): a client that goes away stops
 // nothing. Everything a client can see is appended to the session's log
 // first (rule 1).
@@ -34,7 +35,6 @@ import (
 	"github.com/reinhq/rein/agent"
 	"github.com/reinhq/rein/internal/id"
 	"github.com/reinhq/rein/model"
-	"github.com/reinhq/rein/run"
 	"github.com/reinhq/rein/store"
 	"github.com/reinhq/rein/telemetry/spans"
 	"github.com/reinhq/rein/tool"
@@ -163,15 +163,13 @@ type Observer interface {
 // Service is the sessions service. Create it with New, call Start, and
 // Drain before exit.
 type Service struct {
-	cfg      Config
-	st       store.Store
-	agent    *agent.Agent
-	engine   *run.Engine
-	registry *run.Registry
-	gate     *tool.Gate
-	log      *slog.Logger
-	ctx      context.Context // parent of every run; cancelled by Close
-	stop     context.CancelFunc
+	cfg   Config
+	st    store.Store
+	agent *agent.Agent
+	gate  *tool.Gate
+	log   *slog.Logger
+	ctx   context.Context // parent of every run; cancelled by Close
+	stop  context.CancelFunc
 
 	life *lifecycle
 
@@ -183,9 +181,6 @@ type Service struct {
 	// parked counts the runs this instance parked that no one has taken up
 	// again (see Stats.Parked), as of the last look at the store.
 	parked atomic.Int64
-	// drainLate are runs claimed as a drain began, stopped by the claim
-	// itself (guarded by mu).
-	drainLate []*liveRun
 
 	draining atomic.Bool
 	closing  atomic.Bool    // Close, not Drain: runs are cancelled
@@ -205,9 +200,9 @@ type Service struct {
 	pumps map[rein.SessionKey]*pump
 	// admits counts admissions in flight per session (see claimNext).
 	admits map[rein.SessionKey]int
-	// claimStops: how a stop asked a just-claimed run to end, when it let
-	// the run's handle go before the claim could start it.
-	claimStops map[string]string
+	// drained counts the runs a shutdown stopped, by how, once they are
+	// let go (not parked): the drain's summary.
+	drained [drainCancelled + 1]int
 	// overload is the admission control of MaxRunsInFlight (admission.go).
 	overload admissionGate
 
@@ -263,22 +258,19 @@ func New(cfg Config) (*Service, error) {
 	}
 	ctx, stop := context.WithCancel(context.Background())
 	s := &Service{
-		cfg:        cfg,
-		st:         cfg.Store,
-		agent:      cfg.Agent,
-		engine:     run.NewEngine(run.EngineOptions{Context: ctx, Clock: cfg.Clock}),
-		registry:   run.NewRegistry(),
-		gate:       tool.NewGate(),
-		log:        cfg.Logger,
-		ctx:        ctx,
-		stop:       stop,
-		live:       map[string]*liveRun{},
-		local:      map[rein.SessionKey]*liveRun{},
-		pumps:      map[rein.SessionKey]*pump{},
-		admits:     map[rein.SessionKey]int{},
-		claimStops: map[string]string{},
-		tracer:     spans.Tracer(cfg.TracerProvider),
-		tracing:    spans.Enabled(cfg.TracerProvider),
+		cfg:     cfg,
+		st:      cfg.Store,
+		agent:   cfg.Agent,
+		gate:    tool.NewGate(),
+		log:     cfg.Logger,
+		ctx:     ctx,
+		stop:    stop,
+		live:    map[string]*liveRun{},
+		local:   map[rein.SessionKey]*liveRun{},
+		pumps:   map[rein.SessionKey]*pump{},
+		admits:  map[rein.SessionKey]int{},
+		tracer:  spans.Tracer(cfg.TracerProvider),
+		tracing: spans.Enabled(cfg.TracerProvider),
 	}
 	s.probe = &probe{s: s, spans: spans.Agent{Tracer: s.tracer}}
 	s.parkOnStop = s.draining.Load

@@ -1,7 +1,5 @@
 package sessions
 
-import "github.com/reinhq/rein"
-
 // Stats is a snapshot of the runs this instance holds live, for gauges
 // (queue depth, runs by status). Runs held by other instances sharing the
 // store are not counted: each instance reports its own, and a dashboard
@@ -9,8 +7,8 @@ import "github.com/reinhq/rein"
 type Stats struct {
 	// Running counts runs executing now.
 	Running int
-	// Queued counts runs waiting for their session's lane (prepared or
-	// queued, not yet running).
+	// Queued counts runs held here waiting for their session's turn (not
+	// yet claimed).
 	Queued int
 	// Parked counts the runs this instance last ran that wait, parked,
 	// for tool confirmations (RUNNING in the store, executed by no one),
@@ -19,15 +17,17 @@ type Stats struct {
 	Parked int
 }
 
-// Stats returns the current counts. It is cheap (one pass over the live
-// registry) and safe to call from a metrics scrape.
+// Stats returns the current counts. It is cheap (one pass over the runs
+// held here) and safe to call from a metrics scrape.
 func (s *Service) Stats() Stats {
 	st := Stats{Parked: int(s.parked.Load())}
-	for _, h := range s.registry.Runs() {
-		switch h.Status() {
-		case rein.StatusRunning:
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for _, lr := range s.live {
+		switch lr.state() {
+		case stClaimed, stExecuting, stEnding:
 			st.Running++
-		case rein.StatusQueued, rein.StatusCreated:
+		case stHeld, stHeldEnding, stHeldStopped:
 			st.Queued++
 		}
 	}

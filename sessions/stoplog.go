@@ -78,7 +78,7 @@ func (lr *liveRun) owedStops() []*stopNote {
 func (lr *liveRun) settleStops(notes []*stopNote, err error, final bool) {
 	lr.mu.Lock()
 	defer lr.mu.Unlock()
-	if err != nil && !final && !lr.stopsClosed {
+	if err != nil && !final && !lr.st.final() {
 		for _, n := range notes {
 			n.tried, n.err = true, err
 		}
@@ -159,18 +159,18 @@ func (s *Service) endRun(ctx context.Context, lr *liveRun, fence store.Fence, st
 	return ended, err
 }
 
-// closeStops is called when the run's Finish is over: a note whose own
-// append failed is given up now, as no end write of this instance will log
-// it. A note not tried yet stays for its requester's append.
+// closeStops is called once, when the run is let go (its state final, no
+// end write of this instance to come): a note whose own append failed is
+// given up now, as nothing here will log it. A note not tried yet stays
+// for its requester's append.
 func (lr *liveRun) closeStops() {
 	lr.stopWrite.Lock()
 	defer lr.stopWrite.Unlock()
 	lr.mu.Lock()
 	defer lr.mu.Unlock()
-	if !lr.stopsClosed && lr.stopsOver != nil {
+	if lr.stopsOver != nil {
 		close(lr.stopsOver)
 	}
-	lr.stopsClosed = true
 	lr.stops = slices.DeleteFunc(lr.stops, func(n *stopNote) bool {
 		if n.tried {
 			n.settle(n.err)

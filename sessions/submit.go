@@ -147,10 +147,17 @@ func (s *Service) stopForMessage(key rein.SessionKey, target string, mode rein.W
 	// stop reaches before its loop began ends as that mode says (an
 	// interrupt: COMPLETED/interrupted), and it may end at once.
 	if mode == rein.WhenBusyRollback {
-		lr.h.CancelAnnounced(func() { lr.noteStop(string(rein.StopCancel)) })
+		if lr.h.CancelAnnounced(func() { lr.noteStop(string(rein.StopCancel)) }) {
+			s.stopped(lr)
+		}
 		return
 	}
 	if !lr.h.InterruptAnnounced("", func() { lr.noteStop(string(rein.StopInterrupt)) }) {
+		return
+	}
+	if lr.state().held() {
+		// Never began: the interrupt was a cancel, and it ends here.
+		s.stopped(lr)
 		return
 	}
 	s.wg.Add(1)
@@ -159,7 +166,7 @@ func (s *Service) stopForMessage(key rein.SessionKey, target string, mode rein.W
 		t := time.NewTimer(s.cfg.InterruptGrace)
 		defer t.Stop()
 		select {
-		case <-lr.h.Done():
+		case <-lr.done:
 		case <-t.C:
 			lr.h.Cancel()
 		case <-s.ctx.Done():
@@ -171,9 +178,9 @@ func (s *Service) stopForMessage(key rein.SessionKey, target string, mode rein.W
 // waiting for its turn, RUNNING while it executes here (the record may
 // already say more once its end is being written), else the stored one.
 func (s *Service) statusOf(ctx context.Context, rec *store.RunRecord) rein.RunStatus {
-	if lr := s.liveRun(rec.ID); lr != nil && !lr.h.Decided() {
-		if st := lr.h.Status(); st == rein.StatusRunning {
-			return st
+	if lr := s.liveRun(rec.ID); lr != nil {
+		if st := lr.state(); st == stClaimed || st == stExecuting {
+			return rein.StatusRunning
 		}
 	}
 	if cur, err := s.st.GetRun(ctx, rec.Key(), rec.ID); err == nil {
@@ -362,10 +369,7 @@ func (s *Service) stopLocal(ctx context.Context, key rein.SessionKey, target, cl
 	actx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
 	defer cancel()
 	if !accepted {
-		lr.mu.Lock()
-		lost := lr.lost
-		lr.mu.Unlock()
-		if lost || !lr.h.StopSettled(mode == rein.StopInterrupt) {
+		if lr.state() == stFenced || !lr.h.StopSettled(mode == rein.StopInterrupt) {
 			// Ending or parking: the store's record decides.
 			return false, false, nil
 		}
@@ -374,6 +378,8 @@ func (s *Service) stopLocal(ctx context.Context, key rein.SessionKey, target, cl
 		// would wrongly accept it.
 		return false, true, s.life.logStop(actx, key, target, clientID, mode, message, false)
 	}
+	// A run still held ends now, its end writing the stop's event.
+	s.stopped(lr)
 	return true, true, s.logOwedStops(actx, lr, note)
 }
 

@@ -1,6 +1,6 @@
 // Command rein is Rein's side of the peer comparison (bench/peers), at two
 // levels: rein-engine drives the run engine and the agent loop directly
-// (run.Engine + agent, nothing stored: what a library user embeds), and
+// (run.Run + agent, nothing stored: what a library user embeds), and
 // rein-memory / rein-sqlite drive the sessions service over the memory and
 // the SQLite store (admission, turn lease, every lifecycle write and the
 // event log: what `rein serve` runs behind its HTTP API).
@@ -72,7 +72,6 @@ func newAgent(cfg harness.Config) (*agent.Agent, error) {
 // engine is the rein-engine peer.
 type engine struct {
 	a   *agent.Agent
-	e   *run.Engine
 	seq atomic.Int64
 }
 
@@ -81,28 +80,42 @@ func buildEngine(_ context.Context, cfg harness.Config) (harness.Peer, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &engine{a: a, e: run.NewEngine(run.EngineOptions{})}, nil
+	return &engine{a: a}, nil
 }
 
-// start prepares and starts one run in a lane of its own; its deltas go to
-// the returned collector, its transcript to a slice.
-func (p *engine) start(input string) (*run.Run, *collector, error) {
+// execution is one run executing on a goroutine of its own: its handle
+// (the stop wire) and its result once decided.
+type execution struct {
+	r    *run.Run
+	done chan struct{}
+	res  run.Result
+}
+
+func (x *execution) wait(ctx context.Context) (run.Result, error) {
+	select {
+	case <-x.done:
+		return x.res, x.res.Err
+	case <-ctx.Done():
+		return run.Result{}, ctx.Err()
+	}
+}
+
+// start starts one run on a goroutine of its own; its deltas go to the
+// returned collector, its transcript to a slice.
+func (p *engine) start(input string) (*execution, *collector, error) {
 	id := fmt.Sprint("run_", p.seq.Add(1))
 	key := rein.SessionKey{Owner: "bench", ID: id}
 	col := &collector{}
 	turn := &agent.Turn{Session: key, RunID: id, Input: input,
 		Journal: agent.NewJournal(id, &transcript{}, col, nil), Events: col}
-	r, err := p.e.Prepare(func(ctx context.Context, c *run.Control) run.Outcome {
-		o := p.a.Run(ctx, c, turn)
-		return run.Outcome{Reason: o.Reason, Reply: o.Reply, Err: o.Err, Usage: o.Usage}
-	}, run.Options{ID: id, Session: key})
-	if err != nil {
-		return nil, nil, err
-	}
-	if _, err := r.Start(); err != nil {
-		return nil, nil, err
-	}
-	return r, col, nil
+	x := &execution{r: run.New(run.Options{ID: id}), done: make(chan struct{})}
+	go func() {
+		x.res, _ = x.r.Execute(context.Background(), func(ctx context.Context, c *run.Control) run.Outcome {
+			return p.a.Run(ctx, c, turn)
+		})
+		close(x.done)
+	}()
+	return x, col, nil
 }
 
 func (p *engine) Run(ctx context.Context, input string) (string, error) {
@@ -110,7 +123,7 @@ func (p *engine) Run(ctx context.Context, input string) (string, error) {
 	if err != nil {
 		return "", err
 	}
-	res, err := r.Wait(ctx)
+	res, err := r.wait(ctx)
 	if err != nil {
 		return "", err
 	}
@@ -129,22 +142,22 @@ func (p *engine) Start(_ context.Context, input string) (harness.Handle, error) 
 }
 
 type engineHandle struct {
-	r         *run.Run
+	r         *execution
 	interrupt atomic.Bool
 }
 
-func (h *engineHandle) Cancel() { h.r.Cancel() }
+func (h *engineHandle) Cancel() { h.r.r.Cancel() }
 
 func (h *engineHandle) Stop() error {
 	h.interrupt.Store(true)
-	if !h.r.Interrupt("") {
+	if !h.r.r.Interrupt("") {
 		return errors.New("interrupt not accepted")
 	}
 	return nil
 }
 
 func (h *engineHandle) Wait(ctx context.Context) error {
-	res, err := h.r.Wait(ctx)
+	res, err := h.r.wait(ctx)
 	if ctx.Err() != nil {
 		return err
 	}
