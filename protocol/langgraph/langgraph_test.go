@@ -347,10 +347,12 @@ func (s *stream) Close() error {
 // values, updates and messages-tuple read back by getState and
 // getHistory; an interrupt answered by command.resume; a background run
 // joined from its start and from any event, the multitask strategies and
-// cancel; notes by input.inject and the notes route; the error shapes.
-// REIN_REQUIRE_NODE makes a missing node a failure (CI).
+// cancel; notes by input.inject and the notes route; the error shapes;
+// and useStream's core (the SDK's StreamOrchestrator, which the React hook
+// wraps): submit, an interrupt approved, a queued message, stop, and a
+// reload mid-run rejoined without duplicated text. REIN_REQUIRE_NODE makes a missing node a failure (CI).
 func TestNodeSDK(t *testing.T) {
-	protocoltest.RunNode(t, "testdata/node", 6, func() []string {
+	protocoltest.RunNode(t, "testdata/node", 8, func() []string {
 		srv := newServer(t)
 		return []string{"REIN_URL=" + srv.URL, "REIN_TOKEN=tok-alice"}
 	})
