@@ -1,6 +1,7 @@
 package server_test
 
 import (
+	"strings"
 	"testing"
 )
 
@@ -31,7 +32,7 @@ func langgraphCases(t *testing.T, m *matrix, a aliceIDs, sessions []struct{ kind
 	}
 	open := func(route string) func() {
 		return func() {
-			method, path, _ := cut(route)
+			method, path, _ := strings.Cut(route, " ")
 			body := ""
 			if method == "POST" {
 				body = `{}`
@@ -121,13 +122,4 @@ func langgraphCases(t *testing.T, m *matrix, a aliceIDs, sessions []struct{ kind
 			}
 		},
 	}
-}
-
-func cut(route string) (method, path string, ok bool) {
-	for i := 0; i < len(route); i++ {
-		if route[i] == ' ' {
-			return route[:i], route[i+1:], true
-		}
-	}
-	return route, "", false
 }

@@ -347,10 +347,12 @@ func (s *stream) Close() error {
 // values, updates and messages-tuple read back by getState and
 // getHistory; an interrupt answered by command.resume; a background run
 // joined from its start and from any event, the multitask strategies and
-// cancel; notes by input.inject and the notes route; the error shapes.
-// REIN_REQUIRE_NODE makes a missing node a failure (CI).
+// cancel; notes by input.inject and the notes route; the error shapes;
+// and useStream's core (the SDK's StreamOrchestrator, which the React hook
+// wraps): submit, an interrupt approved, a queued message, stop, and a
+// reload mid-run rejoined without duplicated text. REIN_REQUIRE_NODE makes a missing node a failure (CI).
 func TestNodeSDK(t *testing.T) {
-	protocoltest.RunNode(t, "testdata/node", 6, func() []string {
+	protocoltest.RunNode(t, "testdata/node", 8, func() []string {
 		srv := newServer(t)
 		return []string{"REIN_URL=" + srv.URL, "REIN_TOKEN=tok-alice"}
 	})
@@ -583,5 +585,66 @@ func TestJoinStreamAnywhere(t *testing.T) {
 		if got, want := show(read(f.id)), show(all[i+1:]); !slices.Equal(got, want) {
 			t.Fatalf("joined after %s: %q\nwant %q", f.id, got, want)
 		}
+	}
+}
+
+// TestMultitaskStrategies: on a busy thread, interrupt stops the running
+// run cooperatively (it reads interrupted, its reply kept) and rollback
+// cancels it and drops its turn from the state; either way the new run
+// runs next.
+func TestMultitaskStrategies(t *testing.T) {
+	srv := newServer(t)
+	d := &driver{srv: srv, tokens: map[string]string{"alice": "tok-alice"}}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	for _, strategy := range []string{"interrupt", "rollback"} {
+		t.Run(strategy, func(t *testing.T) {
+			id, err := d.CreateSession(ctx, "alice")
+			if err != nil {
+				t.Fatal(err)
+			}
+			key := rein.SessionKey{Owner: "alice", ID: id}
+			long, err := d.Send(ctx, "alice", id, "long "+strategy)
+			if err != nil {
+				t.Fatal(err)
+			}
+			for {
+				evs, last, err := srv.Service.ReadEvents(ctx, key, 0, 1000)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if slices.ContainsFunc(evs, func(e rein.Event) bool { return e.Type == rein.EventToolUse }) {
+					break
+				}
+				if err := srv.Service.WaitEvents(ctx, key, last); err != nil {
+					t.Fatal(err)
+				}
+			}
+			var values struct {
+				Messages []struct{ Type, Content string } `json:"messages"`
+			}
+			if err := d.json(ctx, "alice", http.MethodPost, "/threads/"+id+"/runs/wait", map[string]any{
+				"assistant_id": "default", "multitask_strategy": strategy,
+				"input": map[string]any{"messages": []any{map[string]any{"type": "human", "content": "next"}}}}, &values); err != nil {
+				t.Fatal(err)
+			}
+			var got []string
+			for _, m := range values.Messages {
+				got = append(got, m.Type+": "+m.Content)
+			}
+			// Interrupted, the run's turn stays: its call's synthetic error
+			// result, and its reply (the step's text, not repeated).
+			want := []string{"human: long interrupt", "ai: sleeping for an hour", "tool: tool call did not complete: the run was stopped", "human: next", "ai: echo: next"}
+			if strategy == "rollback" {
+				want = []string{"human: next", "ai: echo: next"}
+			}
+			if !slices.Equal(got, want) {
+				t.Fatalf("values %q, want %q", got, want)
+			}
+			var run struct{ Status string }
+			if err := d.json(ctx, "alice", http.MethodGet, "/threads/"+id+"/runs/"+long, nil, &run); err != nil || run.Status != "interrupted" {
+				t.Fatalf("the stopped run %+v (%v), want interrupted", run, err)
+			}
+		})
 	}
 }

@@ -585,8 +585,10 @@ func (h *Handler) wait(w http.ResponseWriter, r *http.Request, key rein.SessionK
 	parked := false
 	err := h.follow(ctx, key, f, from, func(fs []frame) error { return nil }, func(wait func(context.Context) error) error { return wait(ctx) }, &parked)
 	if err != nil {
-		h.writeError(w, r, err)
-		return
+		if ctx.Err() == nil {
+			h.writeError(w, r, err)
+		}
+		return // the client left; the run goes on
 	}
 	head := f.head()
 	v := head.values(false)
