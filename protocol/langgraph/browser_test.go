@@ -18,15 +18,13 @@ import (
 	"github.com/chromedp/chromedp"
 
 	"github.com/reinhq/rein"
+	"github.com/reinhq/rein/internal/browsertest"
 	"github.com/reinhq/rein/internal/reintest"
 	"github.com/reinhq/rein/protocol"
 	"github.com/reinhq/rein/protocol/langgraph"
 	"github.com/reinhq/rein/protocol/protocoltest"
 	"github.com/reinhq/rein/sessions"
 )
-
-// chromiumPath is Debian's chromium, which .ci/run installs.
-const chromiumPath = "/usr/bin/chromium"
 
 // pageState is what the page shows (testdata/browser/page.jsx).
 type pageState struct {
@@ -57,12 +55,7 @@ func TestUseStreamBrowser(t *testing.T) {
 		}
 		t.Skip("node or npm is not on PATH")
 	}
-	if _, err := os.Stat(chromiumPath); err != nil {
-		if required {
-			t.Fatalf("%s is missing (%v): .ci/run installs Debian's chromium package", chromiumPath, err)
-		}
-		t.Skipf("%s is missing", chromiumPath)
-	}
+	browsertest.Require(t)
 	dir, err := filepath.Abs("testdata/browser")
 	if err != nil {
 		t.Fatal(err)
@@ -94,8 +87,7 @@ func TestUseStreamBrowser(t *testing.T) {
 
 	ctx, cancel := context.WithTimeout(context.Background(), 75*time.Second)
 	defer cancel()
-	actx, acancel := chromedp.NewExecAllocator(ctx, chromedp.ExecPath(chromiumPath), chromedp.Headless, chromedp.NoSandbox,
-		chromedp.DisableGPU, chromedp.NoFirstRun, chromedp.Flag("disable-dev-shm-usage", true), chromedp.UserDataDir(t.TempDir()))
+	actx, acancel := chromedp.NewExecAllocator(ctx, browsertest.Options(t.TempDir())...)
 	defer acancel()
 	b, bcancel := chromedp.NewContext(actx)
 	defer bcancel()
