@@ -3,8 +3,8 @@ package sessions_test
 import (
 	"context"
 	"errors"
-	"strings"
 	"os"
+	"strings"
 	"testing"
 	"time"
 
