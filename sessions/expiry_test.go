@@ -213,11 +213,16 @@ func TestConfirmationExpiryOnceAcrossInstances(t *testing.T) {
 			t.Parallel()
 			st := openPostgres(t, dsn)
 			short := func(c *sessions.Config) { c.ConfirmTTL, c.LeaseTTL = 700*time.Millisecond, 300*time.Millisecond }
-			a := expiryService(t, st, func(c *sessions.Config) { short(c); c.Instance = "ins_a" })
+			pc := &parkCounter{Observer: nop{}, ch: make(chan struct{}, 1)}
+			a := expiryService(t, st, func(c *sessions.Config) { short(c); c.Instance, c.Observer = "ins_a", pc })
 			f := &fixture{t: t, st: st, svc: a}
 			f.newSession()
 			r := f.send("note milk", "")
-			f.waitEvent(func(e rein.Event) bool { return e.Type == rein.EventToolConfirmationRequested })
+			select {
+			case <-pc.ch: // parked: A holds nothing of it
+			case <-time.After(20 * time.Second):
+				t.Fatal("the run did not park")
+			}
 			if aGone {
 				a.Close() // its timer goes with it; its lease is gone (the run is parked)
 			}
