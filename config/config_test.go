@@ -10,6 +10,7 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/reinhq/rein/config"
 	"github.com/reinhq/rein/model"
@@ -502,7 +503,7 @@ func TestExampleFile(t *testing.T) {
 	}
 	d, r := c.Agents["default"], c.Agents["researcher"]
 	if d.Model != "demo" || !d.Allows("write_file") || !d.Allows("everything__add") || d.Allows("search__query") || !d.NeedsConfirmation("write_file") ||
-		!d.Allows("spawn_agent") || !slices.Equal(d.Delegates, []string{"researcher"}) {
+		!d.Allows("spawn_agent") || !slices.Equal(d.Delegates, []string{"researcher"}) || d.ConfirmTTL != time.Hour {
 		t.Errorf("default = %+v", d)
 	}
 	if r.Model != "ollama:llama3.2" || r.MaxSteps != 40 || r.Allows("write_file") || !r.Allows("search__query") || !strings.HasPrefix(r.System, "You research") {
