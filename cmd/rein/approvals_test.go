@@ -72,3 +72,12 @@ func TestApprovalsCommand(t *testing.T) {
 		}
 	}
 }
+
+// TestExpiredEventText: session.confirmation_expired reads as a denial in
+// rein events and rein chat.
+func TestExpiredEventText(t *testing.T) {
+	e := rein.NewEvent(rein.EventConfirmationExpired, "run_1", rein.ConfirmationExpiredPayload{RunID: "run_1", ToolUseID: "call_1"})
+	if got := (eventText{}).status(e); got != "call_1 expired unanswered: denied" {
+		t.Fatalf("status = %q", got)
+	}
+}
