@@ -23,6 +23,7 @@ const (
 	EventRunStarted                EventType = "session.run_started"
 	EventRunCompleted              EventType = "session.run_completed"
 	EventToolConfirmationRequested EventType = "session.tool_confirmation_requested"
+	EventConfirmationExpired       EventType = "session.confirmation_expired"
 	EventMessageDelta              EventType = "agent.message.delta"
 	EventMessage                   EventType = "agent.message"
 	EventToolUse                   EventType = "agent.tool_use"
@@ -324,6 +325,18 @@ type ToolConfirmationRequestedPayload struct {
 	Name      string          `json:"name"`
 	Input     json.RawMessage `json:"input"`
 }
+
+// ConfirmationExpiredPayload is the payload of session.confirmation_expired:
+// the call's confirmation expired unanswered, and the call was denied with
+// the deny message "expired" (ConfirmationExpiredMessage).
+type ConfirmationExpiredPayload struct {
+	RunID     string `json:"run_id"`
+	ToolUseID string `json:"tool_use_id"`
+}
+
+// ConfirmationExpiredMessage is the deny message of a call whose
+// confirmation expired.
+const ConfirmationExpiredMessage = "expired"
 
 // UserToolConfirmationPayload is the payload of user.tool_confirmation.
 type UserToolConfirmationPayload struct {

@@ -87,6 +87,10 @@ type Options struct {
 	Workspace string
 	// LeaseTTL is the turn lease TTL (--lease-ttl; 0: the default).
 	LeaseTTL time.Duration
+	// ConfirmTTL is how long a tool confirmation waits for an answer
+	// before it expires, for agents that set no confirm_ttl
+	// (--confirmation-ttl; 0: never).
+	ConfirmTTL time.Duration
 	// ResumeAttempts bounds how often a run of a lost instance is resumed
 	// (0: the default, 2; negative: never), as
 	// sessions.Config.ResumeAttempts. The flag's 0 is this field's -1.
@@ -388,7 +392,7 @@ func Open(ctx context.Context, o Options) (*Runtime, error) {
 		if a.Delegates != nil {
 			spawn = subagent.SpawnTool(sub, delegates(a, cfg.AgentNames))
 		}
-		agents[name] = &sessions.Agent{Loop: loop, System: a.System, Tools: toolsets.forAgent(a, spawn, o.Logger), Model: a.Model}
+		agents[name] = &sessions.Agent{Loop: loop, System: a.System, Tools: toolsets.forAgent(a, spawn, o.Logger), Model: a.Model, ConfirmTTL: a.ConfirmTTL}
 	}
 	sub.SetAgents(cfg.AgentNames)
 	st, err := backend.Open(ctx, o.Store, backend.Options{LeaseTTL: o.LeaseTTL})
@@ -402,6 +406,7 @@ func Open(ctx context.Context, o Options) (*Runtime, error) {
 		Agents:           agents,
 		Instance:         instance,
 		LeaseTTL:         o.LeaseTTL,
+		ConfirmTTL:       o.ConfirmTTL,
 		ResumeAttempts:   o.ResumeAttempts,
 		Workspace:        o.Workspace,
 		Logger:           o.Logger,

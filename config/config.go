@@ -20,6 +20,7 @@ import (
 	"os"
 	"path"
 	"slices"
+	"time"
 )
 
 // DefaultAgent is the name of the agent used by sessions created without
@@ -92,6 +93,10 @@ type Agent struct {
 	Confirm []string
 	// MaxSteps is the number of model requests a run may make, ≥ 1.
 	MaxSteps int
+	// ConfirmTTL is how long a confirmation of the agent's runs waits for
+	// an answer before it expires (confirm_ttl, e.g. 1h); 0: the
+	// server's --confirmation-ttl.
+	ConfirmTTL time.Duration
 	// Delegates are the other agents of the file its sessions may name
 	// for a child (spawn_agent's "agent"). Nil allows every agent; an
 	// empty, non-nil list none but its own, which a child may always run.

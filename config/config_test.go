@@ -10,6 +10,7 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/reinhq/rein/config"
 	"github.com/reinhq/rein/model"
@@ -232,7 +233,10 @@ var rejections = []struct {
 	{"delegates_unknown.yaml", 3, `agents.default.delegates[1]: unknown agent "writer" (the agents of this file: default, researcher)`},
 	{"delegates_not_list.yaml", 3, `agents.default.delegates: must be a list of agent names, got "researcher"`},
 	{"agents_list.yaml", 2, `agents: must be a mapping of names, got a list`},
-	{"agent_scalar.yaml", 2, `agents.default: must be a mapping with the keys model, system, tools, confirm, max_steps, delegates, got "demo"`},
+	{"agent_scalar.yaml", 2, `agents.default: must be a mapping with the keys model, system, tools, confirm, confirm_ttl, max_steps, delegates, got "demo"`},
+	{"confirm_ttl_word.yaml", 3, `agents.default.confirm_ttl: must be a positive duration such as 1h or 90s, got "soon"`},
+	{"confirm_ttl_number.yaml", 3, `agents.default.confirm_ttl: must be a duration such as 1h or 90s, got "3600" (int)`},
+	{"confirm_ttl_negative.yaml", 3, `agents.default.confirm_ttl: must be a positive duration such as 1h or 90s, got "-1h"`},
 	{"top_list.yaml", 1, `the configuration must be a mapping with the keys agents, mcp_servers, got a list`},
 	{"null_key.yaml", 2, `agents: keys must be names, got null`},
 	{"both_command_url.yaml", 4, `mcp_servers.calc: has both command (line 5) and url (line 6)`},
@@ -332,7 +336,7 @@ func TestSeveralProblems(t *testing.T) {
 		`testdata/several.yaml:4: agents.default.tools[0]: "sleeep" matches no tool (did you mean "sleep"?); built-in tools: ` +
 			strings.Join(builtins, ", ") + `; MCP tools are SERVER__TOOL for a configured server (both, calc, search)`,
 		`testdata/several.yaml:5: agents.default.max_steps: must be a whole number, got "many"`,
-		`testdata/several.yaml:7: agents.researcher.prompt: unknown key "prompt" (known keys: model, system, tools, confirm, max_steps, delegates)`,
+		`testdata/several.yaml:7: agents.researcher.prompt: unknown key "prompt" (known keys: model, system, tools, confirm, confirm_ttl, max_steps, delegates)`,
 		`testdata/several.yaml:10: mcp_servers.calc.command: empty: give the program and its arguments`,
 		`testdata/several.yaml:12: mcp_servers.search.url: "ftp://127.0.0.1/mcp" is not an http or https URL`,
 		`testdata/several.yaml:13: mcp_servers.both: has both command (line 14) and url (line 15): a server is either stdio (command) or streamable HTTP (url)`,
@@ -499,7 +503,7 @@ func TestExampleFile(t *testing.T) {
 	}
 	d, r := c.Agents["default"], c.Agents["researcher"]
 	if d.Model != "demo" || !d.Allows("write_file") || !d.Allows("everything__add") || d.Allows("search__query") || !d.NeedsConfirmation("write_file") ||
-		!d.Allows("spawn_agent") || !slices.Equal(d.Delegates, []string{"researcher"}) {
+		!d.Allows("spawn_agent") || !slices.Equal(d.Delegates, []string{"researcher"}) || d.ConfirmTTL != time.Hour {
 		t.Errorf("default = %+v", d)
 	}
 	if r.Model != "ollama:llama3.2" || r.MaxSteps != 40 || r.Allows("write_file") || !r.Allows("search__query") || !strings.HasPrefix(r.System, "You research") {

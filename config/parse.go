@@ -11,6 +11,7 @@ import (
 	"sort"
 	"strconv"
 	"strings"
+	"time"
 
 	"go.yaml.in/yaml/v3"
 )
@@ -18,7 +19,7 @@ import (
 // The keys each level of the file may have (docs/tools.md).
 var (
 	topKeys    = []string{"agents", "mcp_servers"}
-	agentKeys  = []string{"model", "system", "tools", "confirm", "max_steps", "delegates"}
+	agentKeys  = []string{"model", "system", "tools", "confirm", "confirm_ttl", "max_steps", "delegates"}
 	serverKeys = []string{"command", "env", "url", "headers"}
 )
 
@@ -326,6 +327,13 @@ func (p *parser) agent(e entry) *Agent {
 			}
 			a.Confirm = p.toolList(f.value, f.path)
 			confirmSet = true
+		case "confirm_ttl":
+			if isNull(f.value) {
+				continue // absent: --confirmation-ttl
+			}
+			if d, ok := p.duration(f.value, f.path); ok {
+				a.ConfirmTTL = d
+			}
 		case "max_steps":
 			if isNull(f.value) {
 				continue
@@ -571,6 +579,22 @@ func (p *parser) integer(n *yaml.Node, path string) (int, bool) {
 		return 0, false
 	}
 	return v, true
+}
+
+// duration reads a positive duration written as Go writes one ("90s",
+// "1h30m").
+func (p *parser) duration(n *yaml.Node, path string) (time.Duration, bool) {
+	var s string
+	if n.Kind != yaml.ScalarNode || n.ShortTag() != "!!str" || n.Decode(&s) != nil {
+		p.errorf(n, "%s: must be a duration such as 1h or 90s, got %s", path, describe(n))
+		return 0, false
+	}
+	d, err := time.ParseDuration(s)
+	if err != nil || d <= 0 {
+		p.errorf(n, "%s: must be a positive duration such as 1h or 90s, got %q", path, s)
+		return 0, false
+	}
+	return d, true
 }
 
 func resolve(n *yaml.Node) *yaml.Node {

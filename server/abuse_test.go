@@ -201,6 +201,12 @@ func (b *brokenStore) ListConfirmations(ctx context.Context, key rein.SessionKey
 	}
 	return b.Store.ListConfirmations(ctx, key, state)
 }
+func (b *brokenStore) ListInbox(ctx context.Context, owner string, page store.InboxPage) ([]*store.InboxItem, error) {
+	if err := b.fail(); err != nil {
+		return nil, err
+	}
+	return b.Store.ListInbox(ctx, owner, page)
+}
 func (b *brokenStore) RenewLease(ctx context.Context, l *store.Lease, ttl time.Duration) (*store.Lease, error) {
 	if err := b.fail(); err != nil {
 		return nil, err
@@ -261,6 +267,7 @@ func everyRoute(t *testing.T, srv *server.Server, sid, runID string) []request {
 		"GET /api/agents":                      {{method: "GET", path: "/api/agents"}},
 		"POST /api/sessions":                   {{method: "POST", path: "/api/sessions", body: `{"metadata":{"a":1}}`}},
 		"GET /api/sessions":                    {{method: "GET", path: "/api/sessions"}},
+		"GET /api/confirmations":               {{method: "GET", path: "/api/confirmations?status=answered"}},
 		"GET /api/sessions/{id}":               {{method: "GET", path: "/api/sessions/" + sid}},
 		"PATCH /api/sessions/{id}":             {{method: "PATCH", path: "/api/sessions/" + sid, body: `{"title":"renamed"}`}},
 		"DELETE /api/sessions/{id}":            {{method: "DELETE", path: "/api/sessions/" + sid}},

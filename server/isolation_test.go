@@ -496,6 +496,23 @@ func TestIsolationMatrix(t *testing.T) {
 			}
 			m.noLeak("bob's list", r)
 		},
+		"GET /api/confirmations": func() {
+			// Bob's inbox, in every status, never shows alice's calls;
+			// hers, read the same way, does (the route is not just empty).
+			for _, q := range []string{"", "?status=pending", "?status=answered", "?status=expired", "?limit=1"} {
+				r := m.send(bob, request{method: "GET", path: "/api/confirmations" + q})
+				if r.status != 200 {
+					t.Fatalf("bob's inbox%s: %d %s", q, r.status, r.body)
+				}
+				m.noLeak("bob's inbox"+q, r)
+			}
+			if r := m.send(alice, request{method: "GET", path: "/api/confirmations"}); r.status != 200 || !strings.Contains(string(r.body), a.pending) {
+				t.Fatalf("alice's inbox does not list her pending call: %d %s", r.status, r.body)
+			}
+			if r := m.send("", request{method: "GET", path: "/api/confirmations"}); r.status != 401 {
+				t.Fatalf("the inbox without a token: %d %s", r.status, r.body)
+			}
+		},
 		"GET /api/sessions/{id}": func() {
 			for _, ss := range sessions {
 				m.pair("GET a "+ss.kind, ss.id, func(x, _ string) request { return request{method: "GET", path: "/api/sessions/" + x} })

@@ -230,6 +230,7 @@ func New(cfg Config) (*Server, error) {
 	s.handle("POST", "/api/sessions/{id}/events", false, s.postEvents)
 	s.handle("GET", "/api/sessions/{id}/events", false, s.listEvents)
 	s.handle("GET", "/api/sessions/{id}/events/stream", false, s.streamEvents)
+	s.handle("GET", "/api/confirmations", false, s.listConfirmations)
 	// The web console (docs/console.md): GET / and its assets under /console/,
 	// public like /healthz. Registered on the mux directly, not with
 	// handle: Routes lists the API that docs/openapi.yaml documents, and

@@ -231,9 +231,17 @@ func (lc *lifecycle) recoverLost(tx store.Tx, r *store.RunRecord, now time.Time,
 	}
 	// A run waiting for confirmations is not resumed or failed: it goes on
 	// waiting (docs/tools.md); taking it up again is no resume and spends none.
+	// answeredNo: an open call was denied or expired while no one ran the
+	// run (it was parked): taking it up to go on is no resume either.
+	answeredNo := false
 	for _, c := range unanswered {
-		if cf := byID[c.ID]; cf != nil && (cf.State == store.ConfirmationPending || cf.State == store.ConfirmationAllowed) {
-			waiting = true
+		if cf := byID[c.ID]; cf != nil {
+			switch cf.State {
+			case store.ConfirmationPending, store.ConfirmationAllowed:
+				waiting = true
+			case store.ConfirmationDenied, store.ConfirmationExpired:
+				answeredNo = true
+			}
 		}
 	}
 	switch {
@@ -243,7 +251,7 @@ func (lc *lifecycle) recoverLost(tx store.Tx, r *store.RunRecord, now time.Time,
 		return end(rein.ReasonCancelled, "")
 	case r.Stop == store.StopInterrupt:
 		return end(rein.ReasonInterrupted, "")
-	case r.Resumes >= lc.resumeAttempts && !waiting:
+	case r.Resumes >= lc.resumeAttempts && !waiting && !answeredNo:
 		return end(rein.ReasonError, lostInstance)
 	}
 	// Resume: every call of the cut step without a result is answered now,
@@ -276,7 +284,8 @@ func (lc *lifecycle) recoverLost(tx store.Tx, r *store.RunRecord, now time.Time,
 		return err
 	}
 	n := r.Resumes
-	if !waiting {
+	takenUp := waiting || answeredNo
+	if !takenUp {
 		n++
 	}
 	rec, err := tx.UpdateRun(r.ID, store.RunUpdate{Resumes: &n, Instance: lc.instance})
@@ -293,8 +302,8 @@ func (lc *lifecycle) recoverLost(tx store.Tx, r *store.RunRecord, now time.Time,
 			return err
 		}
 	}
-	c.rec, c.lease, c.resumed, c.inTools = rec, l, !waiting, len(unanswered) > 0
-	c.unparked, c.from = waiting, r.Instance
+	c.rec, c.lease, c.resumed, c.inTools = rec, l, !takenUp, len(unanswered) > 0
+	c.unparked, c.from = takenUp, r.Instance
 	return nil
 }
 
@@ -366,7 +375,7 @@ func closeCalls(runID string, asst *rein.Message, open []rein.ToolCall, confs ma
 		out, inDoubt := rein.InDoubtToolOutput, true
 		if cf := confs[c.ID]; cf != nil {
 			switch cf.State {
-			case store.ConfirmationDenied:
+			case store.ConfirmationDenied, store.ConfirmationExpired:
 				out, inDoubt = agent.DeniedOutput(cf.DenyMessage), false
 			case store.ConfirmationPending, store.ConfirmationAllowed:
 				// Never started: it goes on waiting for its answer, or (an

@@ -498,3 +498,129 @@ func countEvents(evs []rein.Event, typ rein.EventType, runID string) int {
 	}
 	return n
 }
+
+// expiryCrash is a store that "crashes" at the first write that expires a
+// confirmation: with the write lost, or committed with only its answer
+// lost. From then on no write reaches the store, as if the process had
+// died. (storetest.Faulty counts writes; the expiry's is told apart here
+// by what it does, since the schedule's own looks may write around it.)
+type expiryCrash struct {
+	store.Store
+	afterCommit bool
+	mu          sync.Mutex
+	crashed     bool
+	dead        chan struct{}
+}
+
+var errCrashed = rein.Errorf(rein.CodeUnavailable, "test: the process crashed")
+
+func (c *expiryCrash) isDead() bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.crashed
+}
+
+func (c *expiryCrash) crash() {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if !c.crashed {
+		c.crashed = true
+		close(c.dead)
+	}
+}
+
+type expiryTx struct {
+	store.Tx
+	expiry *bool
+}
+
+func (t expiryTx) ExpireConfirmation(id string) (*store.Confirmation, error) {
+	*t.expiry = true
+	return t.Tx.ExpireConfirmation(id)
+}
+
+func (c *expiryCrash) Update(ctx context.Context, key rein.SessionKey, fence store.Fence, fn func(store.Tx) error) error {
+	if c.isDead() {
+		return errCrashed
+	}
+	expiry := false
+	err := c.Store.Update(ctx, key, fence, func(tx store.Tx) error {
+		if err := fn(expiryTx{Tx: tx, expiry: &expiry}); err != nil {
+			return err
+		}
+		if expiry && !c.afterCommit {
+			return errCrashed // dies before the commit
+		}
+		return nil
+	})
+	if expiry {
+		c.crash()
+		return errCrashed
+	}
+	return err
+}
+
+func (c *expiryCrash) AppendEvents(ctx context.Context, key rein.SessionKey, fence store.Fence, evs []rein.Event) ([]rein.Event, error) {
+	if c.isDead() {
+		return nil, errCrashed
+	}
+	return c.Store.AppendEvents(ctx, key, fence, evs)
+}
+
+func (c *expiryCrash) RenewLease(ctx context.Context, l *store.Lease, ttl time.Duration) (*store.Lease, error) {
+	if c.isDead() {
+		return nil, errCrashed
+	}
+	return c.Store.RenewLease(ctx, l, ttl)
+}
+
+// TestCrashWindowsOfExpiry: the store stops at the expiry's one write — with
+// the write lost, and with it committed but its answer lost — and a new
+// instance on the same store completes it: the confirmation expired once
+// (one session.confirmation_expired), the call denied "expired", and the
+// parked run gone on to its end.
+func TestCrashWindowsOfExpiry(t *testing.T) {
+	t.Parallel()
+	onClockedBackends(t, func(t *testing.T, open clockedOpener) {
+		for _, afterCommit := range []bool{false, true} {
+			name := "lost"
+			if afterCommit {
+				name = "committed"
+			}
+			t.Run(name, func(t *testing.T) {
+				clk := &shiftClock{}
+				base := open(t, clk.now)
+				crashing := &expiryCrash{Store: base, afterCommit: afterCommit, dead: make(chan struct{})}
+				pc := &parkCounter{Observer: sessions.NopObserver{}, ch: make(chan struct{}, 1)}
+				ttl := func(c *sessions.Config) { c.ConfirmTTL, c.Clock = time.Hour, clk.now }
+				first := expiryService(t, crashing, func(c *sessions.Config) { ttl(c); c.Observer = pc })
+				f := &fixture{t: t, st: base, svc: first}
+				f.newSession()
+				r := f.send("note milk", "")
+				select {
+				case <-pc.ch:
+				case <-time.After(20 * time.Second):
+					t.Fatal("the run did not park")
+				}
+				// Its time comes; the instance's scan (every TTL/3) finds
+				// it due and writes the expiry, and the process dies there.
+				clk.advance(2 * time.Hour)
+				select {
+				case <-crashing.dead:
+				case <-time.After(20 * time.Second):
+					t.Fatal("the expiry was never written")
+				}
+				first.Close()
+				pend, err := base.ListConfirmations(context.Background(), f.key, store.ConfirmationPending)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if afterCommit != (len(pend) == 0) {
+					t.Fatalf("after the crash, %d confirmations pending (expiry committed: %v)", len(pend), afterCommit)
+				}
+				f.svc = expiryService(t, base, ttl)
+				expiredRun(t, f, r.RunID)
+			})
+		}
+	})
+}

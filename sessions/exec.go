@@ -228,6 +228,10 @@ func (s *Service) execute(ctx context.Context, c *run.Control, lr *liveRun) run.
 	if sess.System != nil {
 		system = *sess.System
 	}
+	lr.jr.confirmTTL = s.cfg.ConfirmTTL
+	if ag.ConfirmTTL > 0 {
+		lr.jr.confirmTTL = ag.ConfirmTTL
+	}
 	var tools *tool.Registry
 	if ag.Tools != nil {
 		tools = ag.Tools()

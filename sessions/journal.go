@@ -7,6 +7,7 @@ import (
 	"context"
 	"errors"
 	"slices"
+	"time"
 
 	"github.com/reinhq/rein"
 	"github.com/reinhq/rein/agent"
@@ -19,6 +20,10 @@ import (
 type journal struct {
 	s  *Service
 	lr *liveRun
+	// confirmTTL is how long the run's confirmations wait for an answer
+	// before they expire (0: for ever): its agent's, else the service's.
+	// Set before the loop runs.
+	confirmTTL time.Duration
 }
 
 func (j *journal) Load(ctx context.Context) ([]rein.Message, error) {
@@ -54,7 +59,15 @@ func (j *journal) SaveStep(ctx context.Context, step int, asst rein.Message, con
 	if err != nil {
 		return err
 	}
-	return j.s.life.saveStep(ctx, j.lr.key(), fence, j.lr.id, step, asst, confirm)
+	if err := j.s.life.saveStep(ctx, j.lr.key(), fence, j.lr.id, step, asst, confirm, j.confirmTTL); err != nil {
+		return err
+	}
+	if len(confirm) > 0 && j.confirmTTL > 0 {
+		// This instance's timer covers the expiries it just wrote; the
+		// others find them by their scan (expiry.go).
+		j.s.expiry.due(j.s.now().Add(j.confirmTTL))
+	}
+	return nil
 }
 
 func (j *journal) SaveResult(ctx context.Context, res rein.Message) error {
@@ -177,7 +190,7 @@ func (pc *pendingConfirmation) decision(ctx context.Context) (tool.Decision, err
 		switch c.State {
 		case store.ConfirmationAllowed:
 			return tool.Decision{Allow: true}, nil
-		case store.ConfirmationDenied:
+		case store.ConfirmationDenied, store.ConfirmationExpired:
 			return tool.Decision{Allow: false, DenyMessage: c.DenyMessage}, nil
 		case store.ConfirmationClosed, store.ConfirmationStarted:
 			return tool.Decision{}, rein.Errorf(rein.CodeConflict, "the confirmation is %s", c.State)

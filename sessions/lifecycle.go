@@ -35,6 +35,8 @@ import (
 //	saveResult one tool result + agent.tool_result
 //	saveInput a resumed run's input message, when its transcript lacks it
 //	startCall an allowed confirmation marked started, just before its tool
+//	expire    a due confirmation denied "expired" +
+//	          session.confirmation_expired (expiry.go)
 //	park      the turn let go of a run that waits only for answers (lease
 //	          released; the run stays RUNNING, its step saved)
 //	stop      user.interrupt + the durable stop request (a queued run not
@@ -365,16 +367,23 @@ func (lc *lifecycle) consume(ctx context.Context, key rein.SessionKey, fence sto
 
 // saveStep records a step's assistant message, its agent.tool_use events
 // and the confirmation requests of confirm, in the model's order.
-func (lc *lifecycle) saveStep(ctx context.Context, key rein.SessionKey, fence store.Fence, runID string, step int, asst rein.Message, confirm []rein.ToolCall) error {
+//
+// With ttl > 0 each confirmation expires ttl after it is requested (by the
+// store's clock).
+func (lc *lifecycle) saveStep(ctx context.Context, key rein.SessionKey, fence store.Fence, runID string, step int, asst rein.Message, confirm []rein.ToolCall, ttl time.Duration) error {
 	return lc.update(ctx, key, fence, func(tx store.Tx) error {
 		if err := tx.AppendHistory(asst); err != nil {
 			return err
 		}
 		now := tx.Now()
+		var expires time.Time
+		if ttl > 0 {
+			expires = now.Add(ttl)
+		}
 		for _, c := range confirm {
 			if err := tx.CreateConfirmation(&store.Confirmation{
 				Owner: key.Owner, SessionID: key.ID, RunID: runID, ToolUseID: c.ID, Name: c.Name,
-				Input: c.Input, State: store.ConfirmationPending, CreatedAt: now,
+				Input: c.Input, State: store.ConfirmationPending, CreatedAt: now, ExpiresAt: expires,
 			}); err != nil {
 				return err
 			}

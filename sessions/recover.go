@@ -21,6 +21,7 @@ func (s *Service) Start(ctx context.Context) error {
 	if err := s.scan(ctx); err != nil {
 		return err
 	}
+	s.startExpiry()
 	s.listen()
 	s.heartbeat()
 	s.wg.Add(2)

@@ -68,6 +68,12 @@ type Config struct {
 	// Retention/10, at least 1 s and at most 1 minute apart. 0, the
 	// default, keeps sessions until they are deleted and runs no sweeper.
 	Retention time.Duration
+	// ConfirmTTL, when positive, is how long a tool confirmation waits for
+	// an answer before it expires: the call is denied with the message
+	// "expired" and session.confirmation_expired is logged, by whichever
+	// instance sharing the store is up (expiry.go). 0, the default: never.
+	// An agent's own ConfirmTTL wins.
+	ConfirmTTL time.Duration
 	// Logger (nil: discard).
 	Logger *slog.Logger
 	// Clock (nil: wall clock).
@@ -126,6 +132,10 @@ type Agent struct {
 	// Model names the loop's model (as Config.Models would open it); a
 	// child's descriptor records it, so a reader knows what ran.
 	Model string
+	// ConfirmTTL, when positive, is how long a tool confirmation of the
+	// agent's runs waits for an answer before it expires (denied with the
+	// message "expired"); 0 means Config.ConfirmTTL.
+	ConfirmTTL time.Duration
 }
 
 // Observer receives the service's measurements, for metrics. Methods are
@@ -211,6 +221,9 @@ type Service struct {
 	msgr       store.Messenger
 	stopListen func()
 	replies    replies
+
+	// expiry wakes the sweep of due confirmations (expiry.go).
+	expiry expiry
 }
 
 // New returns a Service.

@@ -479,6 +479,10 @@ const (
 	// may have run, so that a lost instance's allowed call is run exactly
 	// once: once if never started, never again (in doubt) if started.
 	ConfirmationStarted ConfirmationState = "started"
+	// ConfirmationExpired: no answer came before ExpiresAt; the call is
+	// denied with the deny message rein.ConfirmationExpiredMessage
+	// (Tx.ExpireConfirmation). Like every state but pending, final.
+	ConfirmationExpired ConfirmationState = "expired"
 )
 
 // Confirmation is a tool call waiting for a human yes/no (docs/tools.md).
@@ -493,6 +497,94 @@ type Confirmation struct {
 	DenyMessage string
 	CreatedAt   time.Time
 	ResolvedAt  time.Time
+	// ExpiresAt is when an unanswered confirmation expires (the store's
+	// clock); zero means never.
+	ExpiresAt time.Time
+}
+
+// InboxStatus filters the approvals inbox (Confirmations.ListInbox): what
+// a person sees of a confirmation.
+type InboxStatus string
+
+// Inbox statuses. A confirmation whose run ended before an answer (closed)
+// is in none of them: it no longer waits, and no one answered it.
+const (
+	// InboxPending: waiting for an answer (ConfirmationPending).
+	InboxPending InboxStatus = "pending"
+	// InboxAnswered: allowed or denied by a person (ConfirmationAllowed,
+	// ConfirmationDenied, ConfirmationStarted).
+	InboxAnswered InboxStatus = "answered"
+	// InboxExpired: denied by its expiry (ConfirmationExpired).
+	InboxExpired InboxStatus = "expired"
+)
+
+// Valid reports whether s is one of the inbox statuses.
+func (s InboxStatus) Valid() bool {
+	return s == InboxPending || s == InboxAnswered || s == InboxExpired
+}
+
+// Has reports whether a confirmation in state st is in the inbox with
+// status s.
+func (s InboxStatus) Has(st ConfirmationState) bool {
+	switch s {
+	case InboxPending:
+		return st == ConfirmationPending
+	case InboxAnswered:
+		return st == ConfirmationAllowed || st == ConfirmationDenied || st == ConfirmationStarted
+	case InboxExpired:
+		return st == ConfirmationExpired
+	}
+	return false
+}
+
+// InboxCursor is a position in an owner's approvals inbox (newest first by
+// CreatedAt, then SessionID descending, then ToolUseID descending): a page
+// after it starts with the next older confirmation. A position, not an
+// offset: confirmations made after a page was read never shift the pages
+// that follow.
+type InboxCursor struct {
+	CreatedAt time.Time
+	SessionID string
+	ToolUseID string
+}
+
+// IsZero reports whether c is the start of the inbox.
+func (c InboxCursor) IsZero() bool {
+	return c.CreatedAt.IsZero() && c.SessionID == "" && c.ToolUseID == ""
+}
+
+// After reports whether cf comes after c in the inbox's order.
+func (c InboxCursor) After(cf *Confirmation) bool {
+	if cmp := cf.CreatedAt.Compare(c.CreatedAt); cmp != 0 {
+		return cmp < 0
+	}
+	if cf.SessionID != c.SessionID {
+		return cf.SessionID < c.SessionID
+	}
+	return cf.ToolUseID < c.ToolUseID
+}
+
+// InboxCursorOf is the position of cf in the inbox.
+func InboxCursorOf(cf *Confirmation) InboxCursor {
+	return InboxCursor{CreatedAt: cf.CreatedAt, SessionID: cf.SessionID, ToolUseID: cf.ToolUseID}
+}
+
+// InboxPage asks for one page of Confirmations.ListInbox.
+type InboxPage struct {
+	// Status is the confirmations' status (required).
+	Status InboxStatus
+	// After is the last confirmation of the previous page (zero: the
+	// first page).
+	After InboxCursor
+	// Limit is the most confirmations returned (≤ 0: all).
+	Limit int
+}
+
+// InboxItem is a confirmation as the approvals inbox shows it.
+type InboxItem struct {
+	Confirmation *Confirmation
+	// SessionTitle is its session's title, nil when the session has none.
+	SessionTitle *string
 }
 
 // Confirmations reads tool confirmations. They are written through
@@ -503,6 +595,21 @@ type Confirmations interface {
 	// ListConfirmations returns the session's confirmations in a state
 	// ("" = all), oldest first. Never nil.
 	ListConfirmations(ctx context.Context, key rein.SessionKey, state ConfirmationState) ([]*Confirmation, error)
+	// ListInbox returns a page of the owner's confirmations across all
+	// the owner's sessions with page.Status, newest first (see
+	// InboxCursor), each with its session's title, starting after
+	// page.After and at most page.Limit (≤ 0: all). Its cost MUST follow
+	// the page, not the owner's confirmations or sessions: backends keep
+	// each status's confirmations ordered per owner (an index). Never nil.
+	ListInbox(ctx context.Context, owner string, page InboxPage) ([]*InboxItem, error)
+	// DueConfirmations returns pending confirmations (every owner, every
+	// session) with an ExpiresAt at or before before (the zero time: any
+	// ExpiresAt), soonest first (then by owner, session id and tool use
+	// id), at most limit (≤ 0: all). Its cost MUST follow the number
+	// returned (an index on the expiry of pending confirmations), so
+	// asking for the next expiry (limit 1) is cheap however many wait.
+	// Never nil.
+	DueConfirmations(ctx context.Context, before time.Time, limit int) ([]*Confirmation, error)
 }
 
 // ------------------------------------------------------------------ leases
@@ -683,9 +790,18 @@ type Tx interface {
 	// consumed by exactly one.
 	ConsumeSupplements(ids []string, runID string, step int) error
 
-	// CreateConfirmation stores c as pending. rein.ErrConflict if the
-	// session already has one with that ToolUseID.
+	// CreateConfirmation stores c as pending (with c.ExpiresAt, zero for
+	// none). rein.ErrConflict if the session already has one with that
+	// ToolUseID.
 	CreateConfirmation(c *Confirmation) error
+	// ExpireConfirmation moves a pending confirmation whose ExpiresAt has
+	// come (at or before Now) to expired, with the deny message
+	// rein.ConfirmationExpiredMessage and ResolvedAt Now, and returns it.
+	// rein.ErrNotFound if unknown; rein.ErrConflict if it is no longer
+	// pending, has no ExpiresAt, or its ExpiresAt is after Now — so of an
+	// expiry and an answer, or of several instances expiring it, exactly
+	// one succeeds.
+	ExpireConfirmation(toolUseID string) (*Confirmation, error)
 	// ResolveConfirmation moves a pending confirmation to allowed or denied
 	// and returns it. rein.ErrNotFound if unknown; rein.ErrConflict if it is
 	// no longer pending (answered, or its run ended), so that of several
@@ -849,4 +965,42 @@ type Flusher interface {
 	// earliest-registered failing listener's error, reported only after
 	// every listener has settled.
 	Flush(ctx context.Context, key rein.SessionKey) (bool, error)
+}
+
+// ------------------------------------------------------------ approvals
+
+// CompareInbox orders two confirmations as the approvals inbox lists
+// them: newest first by CreatedAt, then SessionID and ToolUseID
+// descending (negative when a comes first).
+func CompareInbox(a, b *Confirmation) int {
+	if cmp := b.CreatedAt.Compare(a.CreatedAt); cmp != 0 {
+		return cmp
+	}
+	if a.SessionID != b.SessionID {
+		if a.SessionID > b.SessionID {
+			return -1
+		}
+		return 1
+	}
+	switch {
+	case a.ToolUseID > b.ToolUseID:
+		return -1
+	case a.ToolUseID < b.ToolUseID:
+		return 1
+	}
+	return 0
+}
+
+// CheckExpiry is the rule of Tx.ExpireConfirmation, for backends: nil
+// when c may expire at now, else the conflict that says why not.
+func CheckExpiry(c *Confirmation, now time.Time) error {
+	switch {
+	case c.State != ConfirmationPending:
+		return rein.Errorf(rein.CodeConflict, "confirmation %q is no longer pending (%s)", c.ToolUseID, c.State)
+	case c.ExpiresAt.IsZero():
+		return rein.Errorf(rein.CodeConflict, "confirmation %q does not expire", c.ToolUseID)
+	case c.ExpiresAt.After(now):
+		return rein.Errorf(rein.CodeConflict, "confirmation %q expires at %s, not yet", c.ToolUseID, c.ExpiresAt.Format(time.RFC3339Nano))
+	}
+	return nil
 }

@@ -406,6 +406,7 @@ var chatHandlers = map[rein.EventType]func(ch *chat, e rein.Event, show bool){
 	rein.EventRunStarted:                (*chat).onStarted,
 	rein.EventToolConfirmationRequested: (*chat).onConfirmationRequested,
 	rein.EventUserToolConfirmation:      (*chat).onConfirmation,
+	rein.EventConfirmationExpired:       (*chat).onExpired,
 	rein.EventUserInterrupt:             (*chat).onInterrupt,
 	rein.EventRunCompleted:              (*chat).onCompleted,
 }
@@ -455,6 +456,17 @@ func (ch *chat) onConfirmationRequested(e rein.Event, show bool) {
 
 func (ch *chat) onConfirmation(e rein.Event, show bool) {
 	if p, ok := decode[rein.UserToolConfirmationPayload](e); ok {
+		ch.dropPending(p.ToolUseID)
+		if show {
+			ch.status("[" + ch.text.status(e) + "]")
+		}
+	}
+}
+
+// onExpired drops a call no one answered in time: it is denied, and no
+// longer waits for this chat's answer.
+func (ch *chat) onExpired(e rein.Event, show bool) {
+	if p, ok := decode[rein.ConfirmationExpiredPayload](e); ok {
 		ch.dropPending(p.ToolUseID)
 		if show {
 			ch.status("[" + ch.text.status(e) + "]")

@@ -76,6 +76,10 @@ func (t eventText) status(e rein.Event) string {
 		if p, ok := decode[rein.ToolConfirmationRequestedPayload](e); ok {
 			return fmt.Sprintf("confirm tool %s %s (%s)", p.Name, oneLine(compact(p.Input), 200), p.ToolUseID)
 		}
+	case rein.EventConfirmationExpired:
+		if p, ok := decode[rein.ConfirmationExpiredPayload](e); ok {
+			return p.ToolUseID + " expired unanswered: denied"
+		}
 	case rein.EventUserToolConfirmation:
 		if p, ok := decode[rein.UserToolConfirmationPayload](e); ok {
 			if p.Allow {
@@ -141,6 +145,7 @@ var logKeys = map[rein.EventType][]string{
 	rein.EventToolUse:                   {"step", "tool_use_id", "name", "input"},
 	rein.EventToolConfirmationRequested: {"tool_use_id", "name", "input"},
 	rein.EventUserToolConfirmation:      {"tool_use_id", "allow", "deny_message"},
+	rein.EventConfirmationExpired:       {"tool_use_id"},
 	rein.EventToolResult:                {"tool_use_id", "is_error", "in_doubt", "output"},
 	rein.EventUserSupplement:            {"supplement_id", "source", "text"},
 	rein.EventSupplementConsumed:        {"supplement_id", "step"},

@@ -70,6 +70,7 @@ func commands() []command {
 		{"runs", runsSynopsis, "list a session's runs", cmdRuns},
 		{"stop", stopSynopsis, "stop a run by its id, or by its message's client id", cmdStop},
 		{"queue", queueSynopsis, "list a session's queued runs; edit, move or promote one", cmdQueue},
+		{"approvals", approvalsSynopsis, "list the tool calls waiting for your approval, and answer them", cmdApprovals},
 		{"delete", deleteSynopsis, "delete a session and everything in it", cmdDelete},
 		{"bench", benchSynopsis, "load a server with many sessions and report latencies, events/s and memory", cmdBench},
 		{"version", versionSynopsis, "print the version, the Go version and the revision built from", cmdVersion},

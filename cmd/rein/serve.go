@@ -58,6 +58,7 @@ type serveFlags struct {
 	corsOrigin     *string
 	maxStreams     *int
 	retention      *time.Duration
+	confirmTTL     *time.Duration
 	maxRuns        *int
 	maxPending     *int
 	wakeParents    *bool
@@ -86,6 +87,7 @@ func newServeFlags(std stdio) *serveFlags {
 		corsOrigin:     fs.String("cors-origin", "", "comma-separated `ORIGINS` (scheme://host[:port]) whose web pages may call the API; \"*\" any, only with --tokens (none: CORS off)"),
 		maxStreams:     fs.Int("max-streams-per-owner", server.DefaultMaxStreamsPerOwner, "event streams each owner may have open at once; one more is answered 429 (negative: no cap)"),
 		retention:      fs.Duration("retention", 0, "delete root sessions, with their subagents, once idle longer than this, e.g. 720h (0: keep them)"),
+		confirmTTL:     fs.Duration("confirmation-ttl", 0, "how long a tool confirmation waits for an answer before the call is denied as \"expired\", e.g. 1h, for agents that set no confirm_ttl (0: it waits for ever)"),
 		maxRuns:        fs.Int("max-runs-in-flight", sessions.DefaultMaxRunsInFlight, "runs this instance holds at once (running or queued); beyond it a message is answered 503 with Retry-After (negative: no bound)"),
 		maxPending:     fs.Int("max-pending-writes", 0, "writes waiting for the store beyond which new runs and sessions are answered 503 with Retry-After (0: the store's writer queue size; negative: no bound)"),
 		wakeParents:    fs.Bool("wake-parents", false, "when a background subagent finishes, start a run of its parent session if the parent is idle, so it reacts to the subagent's note at once (default: the note waits for the parent's next message)"),
@@ -116,6 +118,8 @@ func (f *serveFlags) parse(args []string, std stdio) error {
 		return fs.invalid("drain-timeout", "must be a positive duration such as 10s")
 	case *f.leaseTTL <= 0:
 		return fs.invalid("lease-ttl", "must be a positive duration such as 15s")
+	case *f.confirmTTL < 0:
+		return fs.invalid("confirmation-ttl", "must be a duration ≥ 0 such as 1h (0: confirmations never expire)")
 	case *f.resumeAttempts < 0:
 		return fs.invalid("resume-attempts", "must be a whole number ≥ 0, e.g. 2 (0: never resume)")
 	case *f.maxDepth < 1:
@@ -212,7 +216,7 @@ func cmdServe(ctx context.Context, args []string, std stdio) error {
 	rt, err := openRuntime(ctx, app.Options{
 		Store: *f.store, Model: *f.model, Confirm: f.confirm.confirm(), Workspace: *f.workspace,
 		ConfigFile: *f.config, MaxSteps: *f.maxSteps, Instance: *f.instanceID, MaxDepth: *f.maxDepth, WakeParents: *f.wakeParents,
-		LeaseTTL: *f.leaseTTL, ResumeAttempts: resumeOption(*f.resumeAttempts), Logger: logger, LookupEnv: std.lookupEnv,
+		LeaseTTL: *f.leaseTTL, ConfirmTTL: *f.confirmTTL, ResumeAttempts: resumeOption(*f.resumeAttempts), Logger: logger, LookupEnv: std.lookupEnv,
 		Retention: *f.retention, MaxRunsInFlight: *f.maxRuns, MaxPendingWrites: *f.maxPending,
 		TracerProvider: tp, Registry: reg,
 		Tokens: tokens, DrainTimeout: *f.drain, TLSCertFile: *f.tlsCert, TLSKeyFile: *f.tlsKey,

@@ -154,6 +154,7 @@ func (t *tx) CreateConfirmation(c *store.Confirmation) error {
 	if rec.CreatedAt.IsZero() {
 		rec.CreatedAt = t.now
 	}
+	rec.ExpiresAt = norm(rec.ExpiresAt)
 	n := len(ss.confirmIDs)
 	ss.confirmations[rec.ToolUseID] = rec
 	ss.confirmIDs = append(ss.confirmIDs, rec.ToolUseID)

@@ -115,3 +115,15 @@ func BenchmarkEndedSince(b *testing.B) {
 		b.Run(fmt.Sprintf("old=%d", old), func(b *testing.B) { storetest.BenchmarkEndedSince(b, benchOpener(b), old, analyze) })
 	}
 }
+
+// BenchmarkInbox: a page of 100 of 10,000 pending confirmations in 1,000
+// sessions (beside as many answered, and another owner's), analyzed as a
+// store that has lived would be.
+func BenchmarkInbox(b *testing.B) {
+	analyze := func(s store.Store) {
+		if _, err := s.(*Store).pool.Exec(context.Background(), `ANALYZE confirmations; ANALYZE sessions`); err != nil {
+			b.Fatal(err)
+		}
+	}
+	storetest.BenchmarkInbox(b, benchOpener(b), 1000, 10, analyze)
+}

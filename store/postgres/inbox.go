@@ -174,7 +174,7 @@ func (s *Store) GetSupplement(ctx context.Context, key rein.SessionKey, supID st
 
 // ----------------------------------------------------------- confirmations
 
-const confirmationColumns = `owner, session_id, run_id, tool_use_id, name, input, state, deny_message, created_at, resolved_at`
+const confirmationColumns = `owner, session_id, run_id, tool_use_id, name, input, state, deny_message, created_at, resolved_at, expires_at`
 
 func scanConfirmation(row pgx.Row) (*store.Confirmation, error) {
 	var (
@@ -182,11 +182,13 @@ func scanConfirmation(row pgx.Row) (*store.Confirmation, error) {
 		input    []byte
 		state    string
 		resolved *time.Time
+		expires  *time.Time
 	)
 	if err := row.Scan(&c.Owner, &c.SessionID, &c.RunID, &c.ToolUseID, &c.Name, &input, &state, &c.DenyMessage,
-		&c.CreatedAt, &resolved); err != nil {
+		&c.CreatedAt, &resolved, &expires); err != nil {
 		return nil, err
 	}
+	c.ExpiresAt = fromNullTime(expires)
 	if input != nil {
 		c.Input = json.RawMessage(input)
 	}
@@ -208,13 +210,18 @@ func createConfirmation(q sender, c *store.Confirmation, now time.Time) error {
 		c.CreatedAt = dbTime(c.CreatedAt)
 	}
 	c.State, c.DenyMessage, c.ResolvedAt = store.ConfirmationPending, "", time.Time{}
+	var expires *time.Time
+	if !c.ExpiresAt.IsZero() {
+		c.ExpiresAt = dbTime(c.ExpiresAt)
+		expires = &c.ExpiresAt
+	}
 	var inserted bool
 	b := &pgx.Batch{}
-	queryRow(b, scanInt, new(int64), &inserted, `INSERT INTO confirmations (owner, session_id, run_id, tool_use_id, name, input, state, created_at)
-		VALUES ($1, $2, $3, $4, $5, $6, 'pending', $7)
+	queryRow(b, scanInt, new(int64), &inserted, `INSERT INTO confirmations (owner, session_id, run_id, tool_use_id, name, input, state, created_at, expires_at)
+		VALUES ($1, $2, $3, $4, $5, $6, 'pending', $7, $8)
 		ON CONFLICT (owner, session_id, tool_use_id) DO NOTHING
 		RETURNING 1`,
-		c.Owner, c.SessionID, c.RunID, c.ToolUseID, c.Name, []byte(c.Input), c.CreatedAt)
+		c.Owner, c.SessionID, c.RunID, c.ToolUseID, c.Name, []byte(c.Input), c.CreatedAt, expires)
 	if err := q.send("create confirmation", b); err != nil {
 		return err
 	}

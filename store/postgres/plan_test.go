@@ -44,3 +44,54 @@ func TestEndedSinceUsesIndex(t *testing.T) {
 		t.Fatalf("the plan of ListEndedSince is not a scan of runs_by_end in order:\n%s", all)
 	}
 }
+
+// explain is the plan of q with whole-table and bitmap scans priced out
+// (see TestEndedSinceUsesIndex), one line per node.
+func explain(t *testing.T, s *Store, q string, args ...any) string {
+	t.Helper()
+	ctx := t.Context()
+	tx, err := s.pool.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tx.Rollback(ctx)
+	if _, err := tx.Exec(ctx, `SET LOCAL enable_seqscan = off; SET LOCAL enable_bitmapscan = off`); err != nil {
+		t.Fatal(err)
+	}
+	rows, err := tx.Query(ctx, `EXPLAIN `+q, args...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var plan []string
+	for rows.Next() {
+		var line string
+		if err := rows.Scan(&line); err != nil {
+			t.Fatal(err)
+		}
+		plan = append(plan, line)
+	}
+	if err := rows.Err(); err != nil {
+		t.Fatal(err)
+	}
+	return strings.Join(plan, "\n")
+}
+
+// TestInboxUsesIndex: the approvals inbox reads one range of
+// confirmations_inbox backwards, a later page from its position on, and
+// the due expiries read confirmations_due in order; neither sorts.
+func TestInboxUsesIndex(t *testing.T) {
+	s := openStore(t, testDSN(t), Options{})
+	plan := explain(t, s, inboxSQL, "alice", "pending", 100)
+	if !strings.Contains(plan, "Index Scan Backward using confirmations_inbox") || strings.Contains(plan, "Sort") {
+		t.Fatalf("the plan of ListInbox is not a backward scan of confirmations_inbox:\n%s", plan)
+	}
+	plan = explain(t, s, inboxAfterSQL, "alice", "pending", 100, time.Now(), "ses_1", "call_1")
+	if !strings.Contains(plan, "Index Scan Backward using confirmations_inbox") || strings.Contains(plan, "Sort") ||
+		!strings.Contains(plan, "ROW(created_at, session_id, tool_use_id) < ROW(") {
+		t.Fatalf("the plan of a later ListInbox page does not start at its position in confirmations_inbox:\n%s", plan)
+	}
+	plan = explain(t, s, dueSQL, time.Now(), 1)
+	if !strings.Contains(plan, "Index Scan using confirmations_due") || strings.Contains(plan, "Sort") {
+		t.Fatalf("the plan of DueConfirmations is not a scan of confirmations_due in order:\n%s", plan)
+	}
+}

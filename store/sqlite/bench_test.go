@@ -20,3 +20,7 @@ func BenchmarkReplay100k(b *testing.B) { storetest.BenchmarkReplay(b, open, 100_
 // ListEndedSince of 10 recent ends beside 1k and 100k old ones.
 func BenchmarkEndedSince1k(b *testing.B)   { storetest.BenchmarkEndedSince(b, open, 1000, nil) }
 func BenchmarkEndedSince100k(b *testing.B) { storetest.BenchmarkEndedSince(b, open, 100_000, nil) }
+
+// The approvals inbox: a page of 100 of 10,000 pending confirmations in
+// 1,000 sessions (beside as many answered, and another owner's).
+func BenchmarkInbox(b *testing.B) { storetest.BenchmarkInbox(b, open, 1000, 10, nil) }

@@ -172,16 +172,17 @@ func (s *Store) GetSupplement(ctx context.Context, key rein.SessionKey, supID st
 
 // ------------------------------------------------------------ confirmations
 
-const confirmationColumns = `run_id, tool_use_id, name, input, state, deny_message, created_at, resolved_at`
+const confirmationColumns = `run_id, tool_use_id, name, input, state, deny_message, created_at, resolved_at, expires_at`
 
 func scanConfirmation(key rein.SessionKey, sc interface{ Scan(...any) error }) (*store.Confirmation, error) {
 	out := store.Confirmation{Owner: key.Owner, SessionID: key.ID}
 	var state string
 	var input []byte
-	var created, resolved sql.NullInt64
-	if err := sc.Scan(&out.RunID, &out.ToolUseID, &out.Name, &input, &state, &out.DenyMessage, &created, &resolved); err != nil {
+	var created, resolved, expires sql.NullInt64
+	if err := sc.Scan(&out.RunID, &out.ToolUseID, &out.Name, &input, &state, &out.DenyMessage, &created, &resolved, &expires); err != nil {
 		return nil, err
 	}
+	out.ExpiresAt = fromMicros(expires)
 	if input != nil {
 		out.Input = append([]byte{}, input...)
 	}
@@ -201,12 +202,13 @@ func prepareConfirmation(c *store.Confirmation) (store.Confirmation, error) {
 		rec.Input = []byte{}
 	}
 	rec.State, rec.DenyMessage, rec.ResolvedAt, rec.CreatedAt = store.ConfirmationPending, "", time.Time{}, norm(c.CreatedAt)
+	rec.ExpiresAt = norm(c.ExpiresAt)
 	return rec, nil
 }
 
 // createConfirmation is the one implementation of a confirmation's
 // creation, for CreateConfirmation and Tx.CreateConfirmation.
-func (tx *wtx) createConfirmation(si *sessInfo, rec *store.Confirmation) error {
+func (tx *wtx) createConfirmation(key rein.SessionKey, si *sessInfo, rec *store.Confirmation) error {
 	var n int
 	if err := tx.queryRow(`SELECT count(*) FROM confirmations WHERE session_pk = ? AND tool_use_id = ?`, si.pk, rec.ToolUseID).Scan(&n); err != nil {
 		return err
@@ -217,8 +219,12 @@ func (tx *wtx) createConfirmation(si *sessInfo, rec *store.Confirmation) error {
 	if rec.CreatedAt.IsZero() {
 		rec.CreatedAt = tx.now
 	}
-	_, err := tx.exec(`INSERT INTO confirmations (session_pk, run_id, tool_use_id, name, input, state, deny_message, created_at)
-		VALUES (?, ?, ?, ?, ?, ?, '', ?)`, si.pk, rec.RunID, rec.ToolUseID, rec.Name, rec.Input, string(rec.State), rec.CreatedAt.UnixMicro())
+	var expires sql.NullInt64
+	if !rec.ExpiresAt.IsZero() {
+		expires = sql.NullInt64{Int64: rec.ExpiresAt.UnixMicro(), Valid: true}
+	}
+	_, err := tx.exec(`INSERT INTO confirmations (session_pk, owner, session_id, run_id, tool_use_id, name, input, state, deny_message, created_at, expires_at)
+		VALUES (?, ?, ?, ?, ?, ?, ?, ?, '', ?, ?)`, si.pk, key.Owner, key.ID, rec.RunID, rec.ToolUseID, rec.Name, rec.Input, string(rec.State), rec.CreatedAt.UnixMicro(), expires)
 	return err
 }
 

@@ -327,7 +327,7 @@ func (t *sqlTx) CreateConfirmation(c *store.Confirmation) error {
 	if err := t.mine(c.Owner, c.SessionID, "confirmation"); err != nil {
 		return err
 	}
-	if err := t.w.createConfirmation(t.si, &rec); err != nil {
+	if err := t.w.createConfirmation(t.key, t.si, &rec); err != nil {
 		return t.end("creating confirmation", err)
 	}
 	*c = rec
@@ -342,6 +342,18 @@ func (t *sqlTx) ResolveConfirmation(toolUseID string, allow bool, denyMessage st
 	c, err := t.w.resolveConfirmation(t.key, t.si, toolUseID, allow, denyMessage)
 	if err != nil {
 		return nil, t.end("resolving confirmation", err)
+	}
+	return c, nil
+}
+
+// ExpireConfirmation implements store.Tx.
+func (t *sqlTx) ExpireConfirmation(toolUseID string) (*store.Confirmation, error) {
+	if err := t.begin(); err != nil {
+		return nil, err
+	}
+	c, err := t.w.expireConfirmation(t.key, t.si, toolUseID)
+	if err != nil {
+		return nil, t.end("expiring confirmation", err)
 	}
 	return c, nil
 }

@@ -2,6 +2,7 @@ package storetest
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"slices"
 	"sync"
@@ -168,4 +169,70 @@ func BenchmarkEndedSince(b *testing.B, open Opener, old int, settle func(store.S
 			b.Fatalf("ListEndedSince = %d runs, %v; want 10", len(runs), err)
 		}
 	}
+}
+
+// BenchmarkInbox measures ListInbox, a page of 100 of an owner's pending
+// confirmations, over an owner with confirmations pending in sessions
+// (10 per session, created a millisecond apart) and as many answered
+// ones, beside another owner with as many. Each iteration reads the first
+// page or a later one (alternately), and the benchmark reports the
+// latency's p50 and p99 (ns) besides the mean. settle, if set, is called
+// once the rows are stored (a database refreshes its statistics there).
+func BenchmarkInbox(b *testing.B, open Opener, sessions, perSession int, settle func(store.Store)) {
+	clock := NewClock(suiteStart)
+	s := open(b, clock.Clock())
+	ctx := context.Background()
+	for _, owner := range []string{"bench", "other"} {
+		for i := range sessions {
+			title := fmt.Sprintf("session %d", i)
+			sess := &store.Session{Owner: owner, ID: fmt.Sprintf("ses_%s_%05d", owner, i), Title: &title}
+			if err := s.CreateSession(ctx, sess); err != nil {
+				b.Fatal(err)
+			}
+			err := s.Update(ctx, sess.Key(), store.Fence{}, func(tx store.Tx) error {
+				for j := range 2 * perSession {
+					c := &store.Confirmation{Owner: owner, SessionID: sess.ID, RunID: "run_1", ToolUseID: fmt.Sprintf("call_%05d", j),
+						Name: "write_note", Input: json.RawMessage(`{"text":"x"}`), CreatedAt: clock.Now().Add(time.Duration(i*2*perSession+j) * time.Millisecond)}
+					if err := tx.CreateConfirmation(c); err != nil {
+						return err
+					}
+					if j%2 == 1 {
+						if _, err := tx.ResolveConfirmation(c.ToolUseID, true, ""); err != nil {
+							return err
+						}
+					}
+				}
+				return nil
+			})
+			if err != nil {
+				b.Fatal(err)
+			}
+		}
+	}
+	if settle != nil {
+		settle(s)
+	}
+	first, err := s.ListInbox(ctx, "bench", store.InboxPage{Status: store.InboxPending, Limit: 100})
+	if err != nil || len(first) != 100 {
+		b.Fatalf("ListInbox = %d, %v; want 100", len(first), err)
+	}
+	mid := store.InboxCursorOf(first[len(first)-1].Confirmation)
+	lat := make([]time.Duration, 0, b.N)
+	b.ResetTimer()
+	for i := range b.N {
+		page := store.InboxPage{Status: store.InboxPending, Limit: 100}
+		if i%2 == 1 {
+			page.After = mid
+		}
+		t0 := time.Now()
+		items, err := s.ListInbox(ctx, "bench", page)
+		lat = append(lat, time.Since(t0))
+		if err != nil || len(items) != 100 {
+			b.Fatalf("ListInbox = %d, %v; want 100", len(items), err)
+		}
+	}
+	b.StopTimer()
+	slices.Sort(lat)
+	b.ReportMetric(float64(lat[len(lat)/2].Nanoseconds()), "p50-ns")
+	b.ReportMetric(float64(lat[len(lat)*99/100].Nanoseconds()), "p99-ns")
 }

@@ -9,6 +9,8 @@ import { EventStream, StreamShapeError, type EventStreamOptions, type ReconnectO
 import type {
   ConfirmResult,
   EditRunOptions,
+  ConfirmationList,
+  ConfirmationStatus,
   EventPage,
   JSONValue,
   NoteResult,
@@ -176,6 +178,23 @@ export class ReinClient {
       if (page.next === null || page.next === undefined || page.next === "") return;
       after = page.next;
     }
+  }
+
+  /**
+   * The approvals inbox (`GET /api/confirmations`): a page of the caller's
+   * tool calls across all their sessions, newest first — `pending` (the
+   * default), `answered` or `expired`. Answer one with `approve`/`deny` in
+   * its `session_id`. The cursor is a position: calls made meanwhile never
+   * shift the pages that follow.
+   */
+  async listConfirmations(
+    opts: CallOptions & { status?: ConfirmationStatus; limit?: number; after?: string } = {},
+  ): Promise<ConfirmationList> {
+    const query: Record<string, string> = {};
+    if (opts.status !== undefined) query["status"] = opts.status;
+    if (opts.limit !== undefined) query["limit"] = String(opts.limit);
+    if (opts.after !== undefined) query["after"] = opts.after;
+    return (await this.#call("GET", "/api/confirmations", { query, signal: opts.signal })) as ConfirmationList;
   }
 
   /** Deletes a session and everything below it (`DELETE /api/sessions/{id}`);

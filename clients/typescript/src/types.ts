@@ -66,6 +66,37 @@ export interface SessionList {
   next: string | null;
 }
 
+/** Where a call of the approvals inbox stands. */
+export type ConfirmationStatus = "pending" | "answered" | "expired";
+
+/** A tool call in the approvals inbox (`GET /api/confirmations`). */
+export interface Confirmation {
+  session_id: string;
+  /** The session's title, null when it has none. */
+  session_title: string | null;
+  run_id: string;
+  tool_use_id: string;
+  /** The tool's name. */
+  name: string;
+  /** The call's input as the model wrote it (a string when it was not valid JSON). */
+  input: JSONValue;
+  created_at: string;
+  /** When an unanswered call is denied as `expired`; null when it never expires. */
+  expires_at: string | null;
+  status: ConfirmationStatus;
+  /** The answer: null while pending, false for an expired call. */
+  allow: boolean | null;
+  /** When it was answered or expired; null while pending. */
+  answered_at: string | null;
+}
+
+/** A page of `GET /api/confirmations`. `next` is the cursor of the
+ * following page (pass it as `after`), null on the last page. */
+export interface ConfirmationList {
+  confirmations: Confirmation[];
+  next: string | null;
+}
+
 /** A run record (`GET /api/sessions/{id}/runs[/{run_id}]`). */
 export interface RunInfo {
   run_id: string;
