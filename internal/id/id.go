@@ -17,6 +17,8 @@ const (
 	Supplement = "sup_"
 	Notice     = "ntc_"
 	ToolUse    = "call_"
+	Delivery   = "dlv_"
+	Schedule   = "sch_"
 )
 
 const crockford = "0123456789ABCDEFGHJKMNPQRSTVWXYZ"
