@@ -184,15 +184,29 @@ func New(o Options) (*Dispatcher, error) {
 	return d, nil
 }
 
-// Run registers the destinations and delivers until ctx ends; it returns
-// ctx's error, or the error that kept it from starting.
+// Register records the destinations in the store now (Run does it
+// otherwise): a webhook receives the events logged after it was first
+// registered, so an assembly registers before it admits any run.
+func (d *Dispatcher) Register(ctx context.Context) error {
+	for _, ds := range d.dests {
+		since, err := d.o.Store.RegisterDestination(ctx, ds.URL)
+		if err != nil {
+			return fmt.Errorf("webhook %s: %w", ds.URL, err)
+		}
+		ds.since = since
+	}
+	return nil
+}
+
+// Run registers the destinations not yet registered and delivers until
+// ctx ends; it returns ctx's error.
 func (d *Dispatcher) Run(ctx context.Context) error {
 	for _, ds := range d.dests {
-		for {
+		for ds.since.IsZero() {
 			since, err := d.o.Store.RegisterDestination(ctx, ds.URL)
 			if err == nil {
 				ds.since = since
-				break
+				continue
 			}
 			if ctx.Err() != nil {
 				return ctx.Err()
