@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"go.uber.org/goleak"
 
 	"github.com/reinhq/rein"
 	"github.com/reinhq/rein/store"
@@ -598,3 +599,6 @@ func BenchmarkOutboxThroughput(b *testing.B) {
 	<-finished
 	b.ReportMetric(float64(b.N)/elapsed.Seconds(), "deliveries/s")
 }
+
+// The dispatcher's goroutines end with Run: none outlives a test.
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
