@@ -18,7 +18,6 @@ const (
 	Notice     = "ntc_"
 	ToolUse    = "call_"
 	Delivery   = "dlv_"
-	Schedule   = "sch_"
 )
 
 const crockford = "0123456789ABCDEFGHJKMNPQRSTVWXYZ"
