@@ -182,6 +182,9 @@ type Runtime struct {
 	sub      *subagent.Manager
 	srv      *server.Server
 	logger   *slog.Logger
+	// hooks delivers to the configured webhooks (nil: none), from Start
+	// or Serve until Close (hooks.go).
+	hooks *hookRunner
 
 	mu      sync.Mutex
 	started bool // Start or Serve took the service up
@@ -251,6 +254,7 @@ func (r *Runtime) begin(serve bool) error {
 		return errStarted
 	}
 	r.started, r.served = true, serve
+	r.hooks.start()
 	return nil
 }
 
@@ -272,6 +276,7 @@ func (r *Runtime) Close() error {
 	if startedHere {
 		_ = r.svc.Close()
 	}
+	r.hooks.stop()
 	if r.mcp != nil {
 		r.mcp.Close()
 	}
@@ -401,6 +406,11 @@ func Open(ctx context.Context, o Options) (*Runtime, error) {
 		return nil, storeError(o.Store, err)
 	}
 	rt.st = st
+	if rt.hooks, err = newHooks(ctx, o, cfg, st, instance); err != nil {
+		rt.closeMCP()
+		st.Close()
+		return nil, err
+	}
 	svc, err := sessions.New(sessions.Config{
 		Store:            st,
 		Agents:           agents,
@@ -426,7 +436,7 @@ func Open(ctx context.Context, o Options) (*Runtime, error) {
 	}
 	sub.Bind(svc)
 	rt.svc = svc
-	if rt.srv, err = newServer(o, svc, metrics); err != nil {
+	if rt.srv, err = newServer(o, svc, st, metrics); err != nil {
 		rt.closeMCP()
 		st.Close()
 		return nil, err
@@ -436,13 +446,13 @@ func Open(ctx context.Context, o Options) (*Runtime, error) {
 
 // newServer builds the HTTP API over svc: the one place the server is
 // made, so that what it mounts is decided here.
-func newServer(o Options, svc *sessions.Service, metrics *server.Metrics) (*server.Server, error) {
+func newServer(o Options, svc *sessions.Service, st store.Store, metrics *server.Metrics) (*server.Server, error) {
 	mounts, err := protocolMounts(o, svc)
 	if err != nil {
 		return nil, err
 	}
 	srv, err := server.New(server.Config{
-		Service: svc, Tokens: o.Tokens, Logger: o.Logger, Metrics: metrics, DrainTimeout: o.DrainTimeout,
+		Service: svc, Outbox: outboxOf(st), Tokens: o.Tokens, Logger: o.Logger, Metrics: metrics, DrainTimeout: o.DrainTimeout,
 		TracerProvider: o.TracerProvider, TLSCertFile: o.TLSCertFile, TLSKeyFile: o.TLSKeyFile,
 		CORSOrigins: o.CORSOrigins, MaxStreamsPerOwner: o.MaxStreamsPerOwner, Protocols: mounts,
 	})

@@ -77,6 +77,8 @@ type Config struct {
 	MCPServers map[string]*MCPServer
 	// MCPServerNames are the servers' names in file order.
 	MCPServerNames []string
+	// Webhooks are the webhooks, in file order (webhooks.go).
+	Webhooks []*Webhook
 }
 
 // Agent is one entry of `agents:` with the defaults applied.

@@ -18,7 +18,7 @@ import (
 
 // The keys each level of the file may have (docs/tools.md).
 var (
-	topKeys    = []string{"agents", "mcp_servers"}
+	topKeys    = []string{"agents", "mcp_servers", "webhooks"}
 	agentKeys  = []string{"model", "system", "tools", "confirm", "confirm_ttl", "max_steps", "delegates"}
 	serverKeys = []string{"command", "env", "url", "headers"}
 )
@@ -68,6 +68,8 @@ func (p *parser) parse(data []byte) *Config {
 			agents = &top[i]
 		case "mcp_servers":
 			servers = &top[i]
+		case "webhooks":
+			c.Webhooks = p.webhooks(&top[i])
 		}
 	}
 	// Servers first, wherever they are in the file: tools entries are

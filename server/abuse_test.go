@@ -282,6 +282,8 @@ func everyRoute(t *testing.T, srv *server.Server, sid, runID string) []request {
 		},
 		"GET /api/sessions/{id}/events":        {{method: "GET", path: "/api/sessions/" + sid + "/events?after=1"}},
 		"GET /api/sessions/{id}/events/stream": {{method: "GET", path: "/api/sessions/" + sid + "/events/stream", lastEventID: "1"}},
+		"GET /api/webhooks/deliveries":             {{method: "GET", path: "/api/webhooks/deliveries?status=failed"}},
+		"POST /api/webhooks/deliveries/{id}/retry": {{method: "POST", path: "/api/webhooks/deliveries/dlv_x/retry"}},
 		"POST /api/sessions/{id}/events": {
 			{method: "POST", path: "/api/sessions/" + sid + "/events", body: batch(`{"type":"user.message","payload":{"text":"hi","when_busy":"enqueue","client_id":"c1"}}`)},
 			{method: "POST", path: "/api/sessions/" + sid + "/events", body: batch(`{"type":"user.interrupt","payload":{"run_id":"` + runID + `"}}`)},

@@ -51,6 +51,9 @@ type aliceIDs struct {
 	consumedSup, queuedSup, notice string
 	// The client_id of the finished run.
 	clientID string
+	// A webhook delivery of the root session's first event, failed
+	// (isolation_webhooks_test.go).
+	delivery string
 }
 
 // all returns every id with its kind's prefix (for random ids of the same
@@ -62,6 +65,9 @@ func (a aliceIDs) all() map[string]string {
 		a.pending: id.ToolUse, a.spawnCall: id.ToolUse, a.sleepCall: id.ToolUse,
 		a.consumedSup: id.Supplement, a.queuedSup: id.Supplement,
 		a.clientID: clientIDPrefix,
+	}
+	if a.delivery != "" {
+		out[a.delivery] = id.Delivery
 	}
 	if a.notice != "" {
 		out[a.notice] = id.Notice
@@ -398,6 +404,7 @@ func TestIsolationMatrix(t *testing.T) {
 	t.Parallel()
 	s := isolationStack(t)
 	a := setupAlice(t, s)
+	a.delivery = aliceDelivery(t, s, a.root)
 	m := newMatrix(t, s, a)
 	t.Logf("alice's ids: %+v", a)
 
@@ -647,6 +654,9 @@ func TestIsolationMatrix(t *testing.T) {
 		cases[route] = run
 	}
 	for route, run := range langgraphCases(t, m, a, sessions, runsOf, calls, sups) {
+		cases[route] = run
+	}
+	for route, run := range webhookCases(t, m, a) {
 		cases[route] = run
 	}
 	var routes []string

@@ -42,12 +42,16 @@ import (
 	"github.com/reinhq/rein/protocol"
 	"github.com/reinhq/rein/server/web"
 	"github.com/reinhq/rein/sessions"
+	"github.com/reinhq/rein/store"
 )
 
 // Config configures a Server.
 type Config struct {
 	// Service is the sessions service the API exposes (required).
 	Service *sessions.Service
+	// Outbox is the store's webhook outbox, for /api/webhooks (nil: no
+	// webhook ever delivered; the list is empty).
+	Outbox store.Outbox
 	// Tokens maps bearer tokens to owners. Nil or empty is single-user
 	// mode: every request is owner "local" and needs no token (and
 	// `rein serve` then refuses a non-loopback address).
@@ -105,6 +109,7 @@ type Config struct {
 // listener with graceful shutdown.
 type Server struct {
 	svc       *sessions.Service
+	outbox    store.Outbox
 	auth      *authenticator
 	log       *slog.Logger
 	metrics   *Metrics
@@ -207,6 +212,7 @@ func New(cfg Config) (*Server, error) {
 		readTimeout: cfg.ReadTimeout,
 		idleTimeout: cfg.IdleTimeout,
 		protocols:   slices.Clone(cfg.Protocols),
+		outbox:      cfg.Outbox,
 	}
 	s.streams, s.stopStreams = context.WithCancel(context.Background())
 	metricsHandler := promhttp.HandlerFor(m.reg, promhttp.HandlerOpts{
@@ -231,6 +237,8 @@ func New(cfg Config) (*Server, error) {
 	s.handle("GET", "/api/sessions/{id}/events", false, s.listEvents)
 	s.handle("GET", "/api/sessions/{id}/events/stream", false, s.streamEvents)
 	s.handle("GET", "/api/confirmations", false, s.listConfirmations)
+	s.handle("GET", "/api/webhooks/deliveries", false, s.listDeliveries)
+	s.handle("POST", "/api/webhooks/deliveries/{id}/retry", false, s.retryDelivery)
 	// The web console (docs/console.md): GET / and its assets under /console/,
 	// public like /healthz. Registered on the mux directly, not with
 	// handle: Routes lists the API that docs/openapi.yaml documents, and

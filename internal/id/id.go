@@ -17,6 +17,7 @@ const (
 	Supplement = "sup_"
 	Notice     = "ntc_"
 	ToolUse    = "call_"
+	Delivery   = "dlv_"
 )
 
 const crockford = "0123456789ABCDEFGHJKMNPQRSTVWXYZ"

@@ -152,7 +152,8 @@ func NewServer(t testing.TB, o ServerOptions) *Server {
 	if o.Protocols != nil {
 		mounts = o.Protocols(svc)
 	}
-	srv, err := server.New(server.Config{Service: svc, Tokens: o.Tokens, Logger: o.Logger, Metrics: metrics, Heartbeat: o.Heartbeat, Protocols: mounts})
+	ob, _ := o.Store.(store.Outbox) // the webhook outbox, for /api/webhooks
+	srv, err := server.New(server.Config{Service: svc, Outbox: ob, Tokens: o.Tokens, Logger: o.Logger, Metrics: metrics, Heartbeat: o.Heartbeat, Protocols: mounts})
 	if err != nil {
 		t.Fatal(err)
 	}

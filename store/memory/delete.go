@@ -58,6 +58,7 @@ func (s *Store) DeleteSession(ctx context.Context, key rein.SessionKey, check fu
 			}
 		}
 		delete(s.sessions, n.key)
+		s.forgetOutbox(n.key)
 		// Waiters wake, look the session up and find it gone.
 		n.ss.wakeWaiters()
 		out[i] = tree[i].Session

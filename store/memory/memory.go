@@ -56,6 +56,8 @@ type Store struct {
 	// ended is every run with an EndedAt, ordered by (EndedAt, ID): the
 	// index ListEndedSince searches, as the databases' runs_by_end.
 	ended []endedRun
+	// ob is the webhook outbox (outbox.go), nil until first used.
+	ob *outbox
 }
 
 type session struct {

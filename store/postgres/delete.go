@@ -16,7 +16,7 @@ import (
 // session_id), deleted before the session rows. The conformance test that
 // lists information_schema fails when a migration adds a table this list
 // misses.
-var sessionTables = []string{"events", "history", "supplements", "confirmations", "runs", "leases", "stops", "event_seqs"}
+var sessionTables = []string{"events", "history", "supplements", "confirmations", "runs", "leases", "stops", "outbox_cursors", "outbox", "event_seqs"}
 
 // DeleteSession implements store.Deleter as one transaction that takes the
 // locks of a whole tree in the global order (decisions 0023 and 0024):

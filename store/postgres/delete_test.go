@@ -74,7 +74,7 @@ func TestDeleteLeavesNoRowInAnyTable(t *testing.T) {
 // and is not known to hold no session data.
 func sessionKeyColumns(t *testing.T, ctx context.Context, conn *pgx.Conn, schema string) map[string]string {
 	t.Helper()
-	noSessionData := []string{"instances", "rein_schema_migrations"}
+	noSessionData := []string{"instances", "rein_schema_migrations", "outbox_destinations"}
 	rows, err := conn.Query(ctx, `SELECT t.table_name, array_agg(c.column_name::text ORDER BY c.ordinal_position)
 		FROM information_schema.tables t
 		JOIN information_schema.columns c ON c.table_schema = t.table_schema AND c.table_name = t.table_name

@@ -15,7 +15,7 @@ import (
 // deleted before the session rows themselves: every one of them refers to
 // sessions(pk). The conformance test that lists sqlite_master fails when a
 // migration adds a table this list misses.
-var sessionTables = []string{"events", "history", "runs", "supplements", "confirmations", "leases", "stops"}
+var sessionTables = []string{"events", "history", "runs", "supplements", "confirmations", "leases", "stops", "outbox_cursors", "outbox"}
 
 // DeleteSession implements store.Deleter. The whole deletion is one writer
 // operation, so it is serialised with every other write by construction

@@ -107,6 +107,11 @@ func fill(tb testing.TB, s store.Store, key rein.SessionKey) {
 		}
 		return tx.RememberStop(&store.RememberedStop{Owner: key.Owner, SessionID: key.ID, ClientID: "c-early", Mode: "cancel"})
 	}), "Update filling the session")
+	if ob, isOutbox := s.(store.Outbox); isOutbox {
+		// A webhook's cursor on the session and a delivery of its first event.
+		ok(ob.EnqueueDeliveries(ctx, key, "https://hook.example/", 0, 2,
+			[]*store.Delivery{{Seq: 1, Type: rein.EventUserMessage, Body: []byte(`{}`)}}), "EnqueueDeliveries")
+	}
 }
 
 // wantGone fails unless every read of key answers not found.
