@@ -80,6 +80,9 @@ type sessionDetailJSON struct {
 	// PendingConfirmations are the calls waiting for an answer, oldest
 	// first; they survive restarts.
 	PendingConfirmations []pendingJSON `json:"pending_confirmations"`
+	// Budget is the session's budget (null: none), Usage its runs' total.
+	Budget *rein.Budget `json:"budget"`
+	Usage  rein.Usage   `json:"usage"`
 }
 
 // pendingJSON is one entry of pending_confirmations.
@@ -111,13 +114,15 @@ type runJSON struct {
 	CreatedAt string         `json:"created_at"`
 	StartedAt *string        `json:"started_at"`
 	EndedAt   *string        `json:"ended_at"`
+	// Usage is summed over the run's model requests so far.
+	Usage rein.Usage `json:"usage"`
 	// Error is a FAILED run's error message (an addition to the SPEC's
 	// keys, present only then).
 	Error string `json:"error,omitempty"`
 }
 
 func toRunJSON(r *store.RunRecord) runJSON {
-	out := runJSON{RunID: r.ID, Status: r.Status, CreatedAt: rein.FormatTime(r.CreatedAt), Error: r.Error}
+	out := runJSON{RunID: r.ID, Status: r.Status, CreatedAt: rein.FormatTime(r.CreatedAt), Usage: r.Usage, Error: r.Error}
 	if r.Reason != "" {
 		reason := r.Reason
 		out.Reason = &reason
@@ -226,6 +231,9 @@ func decodeCreateSession(body []byte) (sessions.CreateSessionRequest, error) {
 	if agentName != nil {
 		req.Agent = *agentName
 	}
+	if req.Budget, _, err = p.budget("budget"); err != nil {
+		return req, err
+	}
 	return req, nil
 }
 
@@ -285,8 +293,8 @@ func metadataField(p payload) (json.RawMessage, error) {
 	return raw, nil
 }
 
-// updateSession is PATCH /api/sessions/{id}: {"title"?, "metadata"?},
-// answered with the session as GET reads it.
+// updateSession is PATCH /api/sessions/{id}: {"title"?, "metadata"?,
+// "budget"? (null clears it)}, answered with the session as GET reads it.
 func (s *Server) updateSession(w http.ResponseWriter, r *http.Request) {
 	body, err := readBody(w, r)
 	if err != nil {
@@ -298,6 +306,9 @@ func (s *Server) updateSession(w http.ResponseWriter, r *http.Request) {
 	if err == nil {
 		if req.Title, err = p.str("title", false, false); err == nil {
 			req.Metadata, err = metadataField(p)
+		}
+		if err == nil {
+			req.Budget, req.SetBudget, err = p.budget("budget")
 		}
 	}
 	if err != nil {
@@ -361,6 +372,8 @@ func toSessionDetailJSON(info *sessions.SessionInfo) sessionDetailJSON {
 		CurrentRunID: optional(info.CurrentRunID),
 		QueuedRunIDs: info.QueuedRunIDs,
 		LastSeq:      info.LastSeq,
+		Budget:       info.Budget,
+		Usage:        info.Usage,
 	}
 	if info.Busy {
 		out.State = "busy"

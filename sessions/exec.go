@@ -180,6 +180,9 @@ func (s *Service) execute(ctx context.Context, c *run.Control, lr *liveRun) run.
 		InTools:    inTools,
 		Observer:   s.probe,
 	}
+	if err := s.bindBudget(context.WithoutCancel(ctx), &lr.turn, sess, rec); err != nil {
+		return run.Outcome{Reason: rein.ReasonError, Err: fmt.Errorf("load session usage: %w", err)}
+	}
 	return ag.Loop.Run(ctx, c, &lr.turn)
 }
 
@@ -266,7 +269,7 @@ func (s *Service) finishClaimed(lr *liveRun, res run.Result) {
 		return
 	}
 	lr.mu.Lock()
-	es := endState{reason: res.Reason, usage: res.Usage, msgs: lr.closingMsgs, evs: lr.closingEvs}
+	es := endState{reason: res.Reason, msgs: lr.closingMsgs, evs: lr.closingEvs}
 	if !lr.executed {
 		es = stoppedBeforeStart(lr.id, lr.stopMode, res.Reason)
 		if es.reason != res.Reason {
