@@ -289,7 +289,7 @@ type RunRecord struct {
 	Budget    *rein.Budget
 	CreatedAt time.Time
 	StartedAt time.Time // zero until RUNNING
-	EndedAt    time.Time // zero until terminal
+	EndedAt   time.Time // zero until terminal
 }
 
 // Key returns the run's session key.
