@@ -215,7 +215,7 @@ var rejections = []struct {
 	line   int
 	reason string
 }{
-	{"unknown_top_key.yaml", 2, `version: unknown key "version" (known keys: agents, mcp_servers)`},
+	{"unknown_top_key.yaml", 2, `version: unknown key "version" (known keys: agents, mcp_servers, models)`},
 	{"unknown_agent_key.yaml", 4, `agents.default.prompt: unknown key "prompt"`},
 	{"unknown_server_key.yaml", 4, `mcp_servers.calc.args: unknown key "args" (known keys: command, env, url, headers)`},
 	{"tools_not_list.yaml", 3, `agents.default.tools: must be a list of tool names or globs, got "sleep"`},
@@ -233,7 +233,7 @@ var rejections = []struct {
 	{"delegates_not_list.yaml", 3, `agents.default.delegates: must be a list of agent names, got "researcher"`},
 	{"agents_list.yaml", 2, `agents: must be a mapping of names, got a list`},
 	{"agent_scalar.yaml", 2, `agents.default: must be a mapping with the keys model, system, tools, confirm, max_steps, delegates, got "demo"`},
-	{"top_list.yaml", 1, `the configuration must be a mapping with the keys agents, mcp_servers, got a list`},
+	{"top_list.yaml", 1, `the configuration must be a mapping with the keys agents, mcp_servers, models, got a list`},
 	{"null_key.yaml", 2, `agents: keys must be names, got null`},
 	{"both_command_url.yaml", 4, `mcp_servers.calc: has both command (line 5) and url (line 6)`},
 	{"neither_command_url.yaml", 2, `mcp_servers.calc: needs command (a stdio server) or url (a streamable HTTP server)`},
