@@ -112,7 +112,7 @@ func TestUsageErrors(t *testing.T) {
 		{nil, []string{"send", "--server", "ftp://x", "hi"}, `--server "ftp://x": not a server address (scheme "ftp"; the server speaks http or https); use HOST:PORT or http(s)://HOST[:PORT], e.g. 127.0.0.1:8080`},
 		{map[string]string{"REIN_SERVER": "http://:8080"}, []string{"send", "hi"}, `REIN_SERVER="http://:8080" (--server): not a server address (no host)`},
 		{nil, []string{"send", "--server"}, "--server needs a value, e.g. --server http://127.0.0.1:8080"},
-		{nil, []string{"send", "--nope", "hi"}, "unknown flag --nope (rein send has --client-id, --json, --server, --session, --timeout, --token, --when-busy)"},
+		{nil, []string{"send", "--nope", "hi"}, "unknown flag --nope (rein send has --budget-tokens, --budget-usd, --client-id, --json, --server, --session, --timeout, --token, --when-busy)"},
 		{nil, []string{"send", "---x", "hi"}, `bad flag syntax "---x": write --name value or --name=value`},
 		{map[string]string{"REIN_WHEN_BUSY": "later"}, []string{"send", "hi"}, `REIN_WHEN_BUSY="later" (--when-busy): use reject, enqueue, interrupt or rollback`},
 		{nil, []string{"chat", "hello"}, `unexpected argument "hello": rein chat takes no message on the command line`},
