@@ -109,6 +109,8 @@ func TestUsageErrors(t *testing.T) {
 		{nil, []string{"send", "--timeout", "-1s", "hi"}, `--timeout "-1s": must be a positive duration such as 30s`},
 		{nil, []string{"send", "--timeout", "soon", "hi"}, `--timeout "soon": not a duration: use one such as 30s, 2m or 1h30m`},
 		{nil, []string{"send", "--json=maybe", "hi"}, `--json "maybe": use true or false`},
+		{nil, []string{"send", "--budget-tokens", "-5", "hi"}, `--budget-tokens "-5": must be a whole number of tokens > 0`},
+		{nil, []string{"send", "--budget-usd", "-1", "hi"}, `--budget-usd "-1": must be an amount in US dollars > 0`},
 		{nil, []string{"send", "--server", "ftp://x", "hi"}, `--server "ftp://x": not a server address (scheme "ftp"; the server speaks http or https); use HOST:PORT or http(s)://HOST[:PORT], e.g. 127.0.0.1:8080`},
 		{map[string]string{"REIN_SERVER": "http://:8080"}, []string{"send", "hi"}, `REIN_SERVER="http://:8080" (--server): not a server address (no host)`},
 		{nil, []string{"send", "--server"}, "--server needs a value, e.g. --server http://127.0.0.1:8080"},
