@@ -1,4 +1,4 @@
--- Usage and budgets (docs/api.md "Budgets and usage"): a run's cost in US
+-- 0011: usage and budgets (docs/api.md "Budgets and usage"): a run's cost in US
 -- dollars, summed over its model requests (NULL: none had a price), beside
 -- the token counts it already had; the budget its user.message gave it, and
 -- the session's own budget ({"tokens", "cost_usd"}, NULL: none).
