@@ -30,6 +30,7 @@ const (
 	EventToolResult                EventType = "agent.tool_result"
 	EventSupplementConsumed        EventType = "agent.supplement_consumed"
 	EventStepRestarted             EventType = "agent.step_restarted"
+	EventModelRequest              EventType = "agent.model_request"
 	EventSubagentStarted           EventType = "subagent.started"
 	EventSubagentCompleted         EventType = "subagent.completed"
 	// EventRunEdited: a queued run's input was replaced (the editable
@@ -244,7 +245,13 @@ func appendPayload(b []byte, p any) (_ []byte, ok bool) {
 			b = strconv.AppendInt(b, p.Usage.InputTokens, 10)
 			b = append(b, `,"output_tokens":`...)
 			b = strconv.AppendInt(b, p.Usage.OutputTokens, 10)
-			b = append(b, '}')
+			if p.Usage.CostUSD == nil {
+				b = append(b, `,"cost_usd":null}`...)
+			} else {
+				b = append(b, `,"cost_usd":`...)
+				b = appendFloat(b, *p.Usage.CostUSD)
+				b = append(b, '}')
+			}
 		}
 	case RunCompletedPayload:
 		b = append(b, `{"run_id":`...)
@@ -389,6 +396,27 @@ type MessagePayload struct {
 	Usage *Usage `json:"usage,omitempty"`
 }
 
+// Outcomes of a model request (ModelRequestPayload.Outcome).
+const (
+	RequestOK      = "ok"      // the stream ended normally
+	RequestError   = "error"   // the request or its stream failed
+	RequestStopped = "stopped" // a stop (cancel, interrupt, timeout) cut it
+)
+
+// ModelRequestPayload is the payload of agent.model_request: one model
+// request that ended, logged in the write that saved what its step
+// produced, or in the run's end write.
+type ModelRequestPayload struct {
+	RunID string `json:"run_id"`
+	Step  int    `json:"step"`
+	// Model is the configured model name, e.g. "openai:gpt-4o-mini".
+	Model string `json:"model"`
+	// Usage is the request's own usage; its cost is nil without a price.
+	Usage      Usage  `json:"usage"`
+	DurationMS int64  `json:"duration_ms"`
+	Outcome    string `json:"outcome"`
+}
+
 // UserInterruptPayload is the payload of user.interrupt.
 type UserInterruptPayload struct {
 	RunID *string `json:"run_id"`
@@ -428,4 +456,14 @@ type SubagentCompletedPayload struct {
 	Status  RunStatus `json:"status"`
 	Reason  Reason    `json:"reason"`
 	Output  *string   `json:"output"`
+}
+
+// appendFloat appends f as encoding/json writes a float64.
+func appendFloat(b []byte, f float64) []byte {
+	out, err := json.Marshal(f)
+	if err != nil {
+		// NaN or ±Inf: never a cost (prices and token counts are finite).
+		return append(b, "null"...)
+	}
+	return append(b, out...)
 }

@@ -118,6 +118,9 @@ func TestPayloadJSONIsEncodingJSONs(t *testing.T) {
 		checkPayload(t, MessageDeltaPayload{RunID: s, Step: -3, Text: s})
 		checkPayload(t, MessagePayload{RunID: s, Text: s, Reason: Reason(s)})
 		checkPayload(t, MessagePayload{RunID: s, Text: s, Reason: ReasonInterrupted, Usage: &Usage{InputTokens: -1, OutputTokens: 1 << 40}})
+		for _, c := range []float64{0, 1e-7, 0.3, 12.5, 1e21} {
+			checkPayload(t, MessagePayload{RunID: s, Text: s, Reason: ReasonBudget, Usage: &Usage{InputTokens: 3, OutputTokens: 4, CostUSD: &c}})
+		}
 		checkPayload(t, RunCompletedPayload{RunID: s, Status: RunStatus(s), Reason: Reason(s), Error: s, RolledBack: true})
 		checkPayload(t, RunCompletedPayload{RunID: s, Status: StatusCompleted, Reason: ReasonStop})
 	}
@@ -187,6 +190,8 @@ func fill(t *testing.T, v reflect.Value) {
 		v.SetInt(7)
 	case reflect.Bool:
 		v.SetBool(true)
+	case reflect.Float64:
+		v.SetFloat(0.00125)
 	case reflect.Pointer:
 		v.Set(reflect.New(v.Type().Elem()))
 		fill(t, v.Elem())

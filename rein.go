@@ -54,21 +54,24 @@ func (s RunStatus) Valid() bool {
 // Reason says why a run ended (docs/api.md).
 type Reason string
 
-// The stop reasons. stop, interrupted and max_steps end COMPLETED with a
-// final reply; cancelled and timeout end CANCELLED; error ends FAILED.
+// The stop reasons. stop, interrupted, max_steps and budget end COMPLETED
+// with a final reply; cancelled and timeout end CANCELLED; error ends FAILED.
 const (
 	ReasonStop        Reason = "stop"
 	ReasonInterrupted Reason = "interrupted"
 	ReasonMaxSteps    Reason = "max_steps"
-	ReasonCancelled   Reason = "cancelled"
-	ReasonTimeout     Reason = "timeout"
-	ReasonError       Reason = "error"
+	// ReasonBudget: the run's or its session's budget was reached, and the
+	// run made no further model request (docs/api.md "Budgets and usage").
+	ReasonBudget    Reason = "budget"
+	ReasonCancelled Reason = "cancelled"
+	ReasonTimeout   Reason = "timeout"
+	ReasonError     Reason = "error"
 )
 
 // Status is the terminal status a run ending for reason r has.
 func (r Reason) Status() RunStatus {
 	switch r {
-	case ReasonStop, ReasonInterrupted, ReasonMaxSteps:
+	case ReasonStop, ReasonInterrupted, ReasonMaxSteps, ReasonBudget:
 		return StatusCompleted
 	case ReasonCancelled, ReasonTimeout:
 		return StatusCancelled
@@ -141,15 +144,54 @@ type Message struct {
 	Step  int    `json:"step,omitempty"`
 }
 
-// Usage counts model tokens.
+// Usage counts model tokens, and what they cost when the model has a price.
 type Usage struct {
 	InputTokens  int64 `json:"input_tokens"`
 	OutputTokens int64 `json:"output_tokens"`
+	// CostUSD is what the tokens cost in US dollars: nil when no request
+	// counted in it had a price (a sum of priced and unpriced requests
+	// counts the priced ones).
+	CostUSD *float64 `json:"cost_usd"`
 }
 
-// Add returns u + v.
+// Add returns u + v. The cost is nil only when both are.
 func (u Usage) Add(v Usage) Usage {
-	return Usage{InputTokens: u.InputTokens + v.InputTokens, OutputTokens: u.OutputTokens + v.OutputTokens}
+	out := Usage{InputTokens: u.InputTokens + v.InputTokens, OutputTokens: u.OutputTokens + v.OutputTokens}
+	if u.CostUSD != nil || v.CostUSD != nil {
+		var c float64
+		if u.CostUSD != nil {
+			c += *u.CostUSD
+		}
+		if v.CostUSD != nil {
+			c += *v.CostUSD
+		}
+		out.CostUSD = &c
+	}
+	return out
+}
+
+// Tokens is input and output tokens together: what a tokens budget bounds.
+func (u Usage) Tokens() int64 { return u.InputTokens + u.OutputTokens }
+
+// Budget bounds what runs may spend (docs/api.md "Budgets and usage"). A
+// zero field is no bound.
+type Budget struct {
+	// Tokens bounds input and output tokens together (> 0).
+	Tokens int64 `json:"tokens,omitempty"`
+	// CostUSD bounds the cost in US dollars (> 0).
+	CostUSD float64 `json:"cost_usd,omitempty"`
+}
+
+// IsZero reports whether b bounds nothing.
+func (b Budget) IsZero() bool { return b.Tokens == 0 && b.CostUSD == 0 }
+
+// Reached reports whether u has reached one of b's bounds. Without a cost
+// (nil) a cost bound is never reached.
+func (b Budget) Reached(u Usage) bool {
+	if b.Tokens > 0 && u.Tokens() >= b.Tokens {
+		return true
+	}
+	return b.CostUSD > 0 && u.CostUSD != nil && *u.CostUSD >= b.CostUSD
 }
 
 // Clock tells the time. Components take one so tests can control time; nil

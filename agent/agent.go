@@ -83,6 +83,10 @@ func New(cfg Config) (*Agent, error) {
 	return &Agent{cfg: cfg}, nil
 }
 
+// Model returns the agent's model (nil when it has none): what a run uses
+// unless its Turn says otherwise.
+func (a *Agent) Model() model.Model { return a.cfg.Model }
+
 // Tools returns the agent's own tools (nil when it has none): what a run
 // is offered unless its Turn says otherwise.
 func (a *Agent) Tools() *tool.Registry { return a.cfg.Tools }

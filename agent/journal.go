@@ -66,11 +66,18 @@ func (j *simpleJournal) Pending(ctx context.Context) (int, error) {
 	return j.in.Pending(ctx)
 }
 
-func (j *simpleJournal) SaveStep(ctx context.Context, step int, asst rein.Message, confirm []rein.ToolCall) error {
+func (j *simpleJournal) SaveStep(ctx context.Context, step int, asst rein.Message, confirm []rein.ToolCall, req *rein.ModelRequestPayload) error {
 	if err := j.t.Append(ctx, asst); err != nil {
 		return err
 	}
-	return j.events.Emit(ctx, StepEvents(j.runID, step, asst.ToolCalls, confirm)...)
+	evs := StepEvents(j.runID, step, asst.ToolCalls, confirm)
+	if req != nil {
+		evs = append([]rein.Event{ModelRequestEvent(*req)}, evs...)
+	}
+	if len(evs) == 0 {
+		return nil
+	}
+	return j.events.Emit(ctx, evs...)
 }
 
 func (j *simpleJournal) SaveResult(ctx context.Context, res rein.Message) error {
@@ -106,6 +113,12 @@ func StepEvents(runID string, step int, calls, confirm []rein.ToolCall) []rein.E
 			RunID: runID, ToolUseID: c.ID, Name: c.Name, Input: validJSON(c.Input)}))
 	}
 	return evs
+}
+
+// ModelRequestEvent returns the agent.model_request event of an ended
+// model request.
+func ModelRequestEvent(p rein.ModelRequestPayload) rein.Event {
+	return rein.NewEvent(rein.EventModelRequest, p.RunID, p)
 }
 
 // ResultEvent returns the agent.tool_result event of a saved tool result.

@@ -38,9 +38,9 @@ func (j *recJournal) note(name string) {
 	j.calls = append(j.calls, name)
 }
 
-func (j *recJournal) SaveStep(ctx context.Context, step int, asst rein.Message, confirm []rein.ToolCall) error {
+func (j *recJournal) SaveStep(ctx context.Context, step int, asst rein.Message, confirm []rein.ToolCall, req *rein.ModelRequestPayload) error {
 	j.note("SaveStep")
-	return j.Journal.SaveStep(ctx, step, asst, confirm)
+	return j.Journal.SaveStep(ctx, step, asst, confirm, req)
 }
 
 func (j *recJournal) SaveResult(ctx context.Context, res rein.Message) error {

@@ -27,7 +27,10 @@ type loop struct {
 	tools *tool.Registry
 
 	msgs  []rein.Message // the transcript as the next request sees it
-	usage rein.Usage
+	usage rein.Usage     // this attempt's requests
+	// req is the agent.model_request of the last request that ended, until
+	// a write records it (SaveStep, or Finish with the run's end).
+	req *rein.ModelRequestPayload
 	// open is the step whose tool calls are being answered: its assistant
 	// message is saved, and every call without a saved result needs one
 	// before the run may end (transcript validity).
@@ -69,7 +72,8 @@ func (e errStore) Unwrap() error { return e.err }
 // result get synthetic ones, so the transcript stays valid.
 func (l *loop) fail(err error) run.Outcome {
 	msgs, evs := l.closeOpenStep(rein.InterruptedToolOutput)
-	if len(msgs) > 0 {
+	evs = l.withRequest(evs)
+	if len(msgs) > 0 || len(evs) > 0 {
 		sctx, cancel := l.stopCtx()
 		if ferr := l.t.Journal.Finish(sctx, msgs, evs); ferr != nil {
 			l.a.cfg.Logger.Error("record synthetic tool results", "session", l.t.Session.String(), "run", l.t.RunID, "err", ferr)
@@ -160,6 +164,11 @@ func (l *loop) run(ctx context.Context) run.Outcome {
 		if ctx.Err() != nil {
 			return l.stopped(ctx, nil)
 		}
+		if l.overBudget() {
+			// Reached after an earlier request (of this run, or of the
+			// session's other runs): no further request.
+			return l.finish(ctx, rein.ReasonBudget, step-1, lastText, nil)
+		}
 		if err := l.readInbox(step); err != nil {
 			return l.fail(err)
 		}
@@ -189,16 +198,22 @@ func (l *loop) run(ctx context.Context) run.Outcome {
 			}
 			if err == nil && n > 0 {
 				sctx, cancel := l.stopCtx()
-				err := l.t.Journal.SaveStep(sctx, step, asst, nil)
+				err := l.t.Journal.SaveStep(sctx, step, asst, nil, l.req)
 				cancel()
 				if err != nil {
 					return l.fail(fmt.Errorf("save transcript: %w", err))
 				}
+				l.req = nil
 				l.msgs = append(l.msgs, asst)
 				extra = true
 				continue
 			}
 			return l.finish(ctx, rein.ReasonStop, step, st.text, &asst)
+		}
+		if l.overBudget() {
+			// The step's calls are not made: answered as for a stop, in
+			// the run's end write with the step itself.
+			return l.budgetEnd(ctx, st, asst)
 		}
 		if out, ok := l.saveStep(ctx, st, asst); !ok {
 			return out
@@ -256,14 +271,18 @@ type stepState struct {
 // Observer.
 func (l *loop) request(ctx context.Context, step int) (*stepState, error) {
 	obs := l.t.Observer
+	start := time.Now()
 	if obs == nil {
-		return l.streamRequest(ctx, step)
+		st, err := l.streamRequest(ctx, step)
+		l.ended(ctx, st, time.Since(start), err)
+		return st, err
 	}
 	info := ModelRequest{Session: l.t.Session, RunID: l.t.RunID, Step: step, Model: l.model.Name()}
-	start := time.Now()
 	rctx := obs.ModelRequestStarted(ctx, info)
 	st, err := l.streamRequest(rctx, step)
-	r := ModelResponse{ModelRequest: info, Duration: time.Since(start), Usage: st.usage, Finish: st.finish, ToolCalls: len(st.calls)}
+	d := time.Since(start)
+	l.ended(ctx, st, d, err)
+	r := ModelResponse{ModelRequest: info, Duration: d, Usage: st.usage, Finish: st.finish, ToolCalls: len(st.calls)}
 	if !st.firstText.IsZero() {
 		r.FirstDelta = st.firstText.Sub(start)
 	}
@@ -334,7 +353,6 @@ func (l *loop) streamRequest(ctx context.Context, step int) (*stepState, error) 
 			st.calls = append(st.calls, call)
 		case model.ChunkUsage:
 			if ch.Usage != nil {
-				l.usage = l.usage.Add(*ch.Usage)
 				st.usage = st.usage.Add(*ch.Usage)
 			}
 		case model.ChunkFinish:
@@ -360,4 +378,49 @@ func (l *loop) toolSpecs() []model.ToolSpec {
 	}
 	l.a.specs.Store(&toolSpecs{reg: l.tools, specs: specs})
 	return specs
+}
+
+// ended accounts for a request that ended (d after it began, err its
+// failure): its usage, priced, joins the run's, and its agent.model_request
+// waits for the write that records the step (l.req).
+func (l *loop) ended(ctx context.Context, st *stepState, d time.Duration, err error) {
+	name := l.model.Name()
+	if l.t.Price != nil {
+		if p, ok := l.t.Price(name); ok {
+			c := p.Cost(st.usage)
+			st.usage.CostUSD = &c
+		}
+	}
+	l.usage = l.usage.Add(st.usage)
+	outcome := rein.RequestOK
+	switch {
+	case err != nil && ctx.Err() != nil:
+		outcome = rein.RequestStopped
+	case err != nil:
+		outcome = rein.RequestError
+	}
+	l.req = &rein.ModelRequestPayload{RunID: l.t.RunID, Step: st.step, Model: name, Usage: st.usage,
+		DurationMS: d.Milliseconds(), Outcome: outcome}
+}
+
+// withRequest puts the agent.model_request still owed to the log (l.req)
+// ahead of evs, for the run's end write.
+func (l *loop) withRequest(evs []rein.Event) []rein.Event {
+	if l.req == nil {
+		return evs
+	}
+	out := make([]rein.Event, 0, len(evs)+2) // room for the end's own event
+	out = append(out, ModelRequestEvent(*l.req))
+	l.req = nil
+	return append(out, evs...)
+}
+
+// overBudget reports whether the run's total (its budget) or the
+// session's (the session's budget) has reached a bound.
+func (l *loop) overBudget() bool {
+	if l.t.Budget.IsZero() && l.t.SessionBudget.IsZero() {
+		return false
+	}
+	own := l.t.Spent.Add(l.usage)
+	return l.t.Budget.Reached(own) || l.t.SessionBudget.Reached(l.t.SessionSpent.Add(own))
 }

@@ -55,11 +55,13 @@ type Journal interface {
 	// Pending reports how many supplements are queued.
 	Pending(ctx context.Context) (int, error)
 	// SaveStep saves a step's assistant message once its model request has
-	// ended. With tool calls, the same write records their agent.tool_use
-	// events and, for the calls in confirm, the pending confirmations and
-	// their session.tool_confirmation_requested events, in the model's
-	// order (docs/tools.md). From then on the step's request is never made again.
-	SaveStep(ctx context.Context, step int, asst rein.Message, confirm []rein.ToolCall) error
+	// ended. The same write records req, the request's agent.model_request
+	// (first, and its usage added to the run's), and with tool calls their
+	// agent.tool_use events and, for the calls in confirm, the pending
+	// confirmations and their session.tool_confirmation_requested events,
+	// in the model's order (docs/tools.md). From then on the step's request
+	// is never made again.
+	SaveStep(ctx context.Context, step int, asst rein.Message, confirm []rein.ToolCall, req *rein.ModelRequestPayload) error
 	// SaveResult saves one tool result and its agent.tool_result event in
 	// one write, as soon as the call has finished: a call with a saved
 	// result is never run again. Results may be saved in any order; Load
@@ -67,7 +69,8 @@ type Journal interface {
 	SaveResult(ctx context.Context, res rein.Message) error
 	// Finish records the run's closing writes: transcript messages (the
 	// final reply, a kept partial reply, synthetic results for calls a stop
-	// cut short) and events (their agent.tool_result, the agent.message). A
+	// cut short) and events (the agent.model_request of a request whose step
+	// SaveStep did not save, their agent.tool_result, the agent.message). A
 	// runtime may hold them to write with the run's terminal record in the
 	// same write. It is the loop's last call.
 	Finish(ctx context.Context, msgs []rein.Message, evs []rein.Event) error
@@ -144,6 +147,19 @@ type Turn struct {
 	// Observer, when set, watches the run's model requests and tool calls
 	// (metrics, traces).
 	Observer Observer
+
+	// Price, when set, prices the run's model requests by model name; a
+	// request of a model without a price costs nil.
+	Price model.Prices
+	// Budget bounds the run's own usage (the user.message's budget) and
+	// SessionBudget the session's (docs/api.md "Budgets and usage"); zero:
+	// no bound. Once one is reached the run makes no further model request
+	// and ends with reason budget.
+	Budget, SessionBudget rein.Budget
+	// Spent is what the run's requests used before this attempt (a resumed
+	// run's saved usage), and SessionSpent what the session's other runs
+	// used: the budgets count them.
+	Spent, SessionSpent rein.Usage
 }
 
 // Control is the part of a run's control the loop needs (run.Control

@@ -92,8 +92,15 @@ func (l *loop) finish(ctx context.Context, reason rein.Reason, step int, text st
 	// Room for one more event: a runtime that holds the closing events
 	// for the run's end appends its own after them without a copy. The
 	// payload is encoded here, so it may point at the loop's usage.
-	evs := make([]rein.Event, 1, 2)
-	evs[0] = rein.NewEvent(rein.EventMessage, l.t.RunID, rein.MessagePayload{RunID: l.t.RunID, Text: text, Reason: reason, Usage: &l.usage})
+	var evs []rein.Event
+	if l.req != nil {
+		evs = make([]rein.Event, 1, 3)
+		evs[0] = ModelRequestEvent(*l.req)
+		l.req = nil
+	} else {
+		evs = make([]rein.Event, 0, 2)
+	}
+	evs = append(evs, rein.NewEvent(rein.EventMessage, l.t.RunID, rein.MessagePayload{RunID: l.t.RunID, Text: text, Reason: reason, Usage: &l.usage}))
 	if err := l.t.Journal.Finish(sctx, msgs, evs); err != nil {
 		return run.Outcome{Reason: rein.ReasonError, Err: fmt.Errorf("record reply: %w", err), Usage: l.usage}
 	}
@@ -132,6 +139,7 @@ func (l *loop) stopped(ctx context.Context, st *stepState) run.Outcome {
 	defer cancel()
 
 	save, evs := l.closeOpenStep(rein.InterruptedToolOutput)
+	evs = l.withRequest(evs)
 	replyText := ""
 	if st != nil {
 		replyText = st.text
@@ -157,4 +165,29 @@ func (l *loop) stopped(ctx context.Context, st *stepState) run.Outcome {
 		return run.Outcome{Reason: rein.ReasonTimeout, Err: rein.ErrTimeout, Usage: l.usage}
 	}
 	return run.Outcome{Reason: rein.ReasonCancelled, Err: rein.ErrCancelled, Usage: l.usage}
+}
+
+// budgetEnd ends the run after a request whose tool calls the budget does
+// not allow: the step's assistant message, its agent.tool_use events and
+// a synthetic result for each call (as for a stop) are saved with the
+// reply — the step's text — in the run's end write.
+func (l *loop) budgetEnd(ctx context.Context, st *stepState, asst rein.Message) run.Outcome {
+	if !l.c.Commit() {
+		return l.stopped(ctx, st)
+	}
+	sctx, cancel := l.stopCtx()
+	defer cancel()
+	msgs := make([]rein.Message, 0, len(st.calls)+1)
+	msgs = append(msgs, asst)
+	evs := l.withRequest(StepEvents(l.t.RunID, st.step, st.calls, nil))
+	for _, c := range st.calls {
+		msgs = append(msgs, rein.Message{Role: rein.RoleTool, ToolCallID: c.ID, ToolName: c.Name, Text: rein.InterruptedToolOutput, IsError: true, RunID: l.t.RunID, Step: st.step})
+		evs = append(evs, rein.NewEvent(rein.EventToolResult, l.t.RunID, rein.ToolResultPayload{
+			RunID: l.t.RunID, ToolUseID: c.ID, Output: rein.InterruptedToolOutput, IsError: true}))
+	}
+	evs = append(evs, rein.NewEvent(rein.EventMessage, l.t.RunID, rein.MessagePayload{RunID: l.t.RunID, Text: st.text, Reason: rein.ReasonBudget, Usage: &l.usage}))
+	if err := l.t.Journal.Finish(sctx, msgs, evs); err != nil {
+		return run.Outcome{Reason: rein.ReasonError, Err: fmt.Errorf("record reply: %w", err), Usage: l.usage}
+	}
+	return run.Outcome{Reason: rein.ReasonBudget, Reply: st.text, Usage: l.usage}
 }

@@ -50,7 +50,7 @@ func (l *loop) saveStep(ctx context.Context, st *stepState, asst rein.Message) (
 		opened[c.ID] = p
 	}
 	sctx, cancel := l.stopCtx()
-	err := l.t.Journal.SaveStep(sctx, st.step, asst, confirm)
+	err := l.t.Journal.SaveStep(sctx, st.step, asst, confirm, l.req)
 	cancel()
 	if err != nil {
 		for _, p := range opened {
@@ -58,6 +58,7 @@ func (l *loop) saveStep(ctx context.Context, st *stepState, asst rein.Message) (
 		}
 		return l.fail(fmt.Errorf("save transcript: %w", err)), false
 	}
+	l.req = nil
 	l.opened = opened
 	st.toolsStarted = true
 	l.open = st

@@ -424,6 +424,7 @@ func Open(ctx context.Context, o Options) (*Runtime, error) {
 		System:           o.System,
 		OnRunEnd:         sub.OnRunEnd,
 		Models:           openModel,
+		Prices:           prices(cfg),
 		Retention:        o.Retention,
 		MaxRunsInFlight:  o.MaxRunsInFlight,
 		MaxPendingWrites: o.MaxPendingWrites,
@@ -593,5 +594,16 @@ func (ts *toolsets) forAgent(a *config.Agent, spawn tool.Tool, logger *slog.Logg
 		}
 		cache, gen = reg, cur
 		return reg
+	}
+}
+
+// prices prices a model by name: the configuration's `models` map first,
+// then the catalog's known prices.
+func prices(cfg *config.Config) model.Prices {
+	return func(name string) (model.Price, bool) {
+		if p, ok := cfg.PriceOf(name); ok {
+			return model.Price{InputPerMTok: p.InputPerMTok, OutputPerMTok: p.OutputPerMTok}, true
+		}
+		return catalog.Price(name)
 	}
 }

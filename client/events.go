@@ -85,6 +85,9 @@ type Message struct {
 	// TimeoutS is the run's deadline in seconds, queue time included
 	// (0: none).
 	TimeoutS float64 `json:"timeout_s,omitempty"`
+	// Budget bounds what the run may spend (nil: none): once reached it
+	// ends with reason budget.
+	Budget *rein.Budget `json:"budget,omitempty"`
 }
 
 // MessageResult is the answer to a user.message.

@@ -42,6 +42,11 @@ type Session struct {
 	// oldest first. They survive restarts: an approval asked yesterday can
 	// be answered today.
 	PendingConfirmations []PendingConfirmation `json:"pending_confirmations,omitempty"`
+	// Budget bounds what the session's runs may spend together (nil:
+	// none).
+	Budget *rein.Budget `json:"budget,omitempty"`
+	// Usage is what the session's runs have spent together.
+	Usage *rein.Usage `json:"usage,omitempty"`
 }
 
 // PendingConfirmation is a tool call waiting for a human's answer.
@@ -71,6 +76,10 @@ type CreateSessionRequest struct {
 	System *string `json:"system,omitempty"`
 	// Agent names a configured agent ("": the server's default).
 	Agent string `json:"agent,omitempty"`
+	// Budget bounds what the session's runs may spend together (nil:
+	// none). A session over it refuses new messages (conflict) until it
+	// is raised. A cost bound needs the agent's model to have a price.
+	Budget *rein.Budget `json:"budget,omitempty"`
 }
 
 // CreateSession creates a session of the caller's owner (or, for an ID the
@@ -91,6 +100,28 @@ type UpdateSessionRequest struct {
 	Title *string `json:"title,omitempty"`
 	// Metadata replaces the metadata (a JSON object).
 	Metadata any `json:"metadata,omitempty"`
+	// Budget replaces the session's budget; with ClearBudget the budget
+	// is removed (sent as null).
+	Budget      *rein.Budget `json:"-"`
+	ClearBudget bool         `json:"-"`
+}
+
+// MarshalJSON writes the PATCH body: budget is null to clear it.
+func (r UpdateSessionRequest) MarshalJSON() ([]byte, error) {
+	body := map[string]any{}
+	if r.Title != nil {
+		body["title"] = *r.Title
+	}
+	if r.Metadata != nil {
+		body["metadata"] = r.Metadata
+	}
+	switch {
+	case r.ClearBudget:
+		body["budget"] = nil
+	case r.Budget != nil:
+		body["budget"] = r.Budget
+	}
+	return json.Marshal(body)
 }
 
 // UpdateSession changes a session's title or metadata and returns the
@@ -222,6 +253,9 @@ type Run struct {
 	// Position is a queued run's place in the queue (1 = next), 0 for a
 	// run that is not queued.
 	Position int `json:"position"`
+	// Usage is summed over the run's model requests so far (CostUSD nil
+	// when its model has no price).
+	Usage rein.Usage `json:"usage"`
 }
 
 // EditRunRequest edits a queued run. Nil fields are left as they are.

@@ -79,6 +79,36 @@ type Config struct {
 	MCPServerNames []string
 	// Webhooks are the webhooks, in file order (webhooks.go).
 	Webhooks []*Webhook
+	// Models are the entries of the top-level `models` map, by the model
+	// value an agent names (e.g. "openai:gpt-4o-mini"). Nil when none.
+	Models map[string]*Model
+}
+
+// Model is one entry of `models:`: what Rein knows of a model beyond how
+// to reach it.
+type Model struct {
+	Name string
+	// Price is what its tokens cost; nil when not given.
+	Price *Price
+	// ContextTokens is the context budget of agents on this model (docs:
+	// context compaction); 0 when not given.
+	ContextTokens int
+	// Line is the line of the model's name in the file.
+	Line int
+}
+
+// Price is a model's price in US dollars per million tokens.
+type Price struct {
+	InputPerMTok  float64
+	OutputPerMTok float64
+}
+
+// PriceOf is the price the file gives the model named name, if any.
+func (c *Config) PriceOf(name string) (Price, bool) {
+	if m := c.Models[name]; m != nil && m.Price != nil {
+		return *m.Price, true
+	}
+	return Price{}, false
 }
 
 // Agent is one entry of `agents:` with the defaults applied.

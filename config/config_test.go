@@ -216,7 +216,7 @@ var rejections = []struct {
 	line   int
 	reason string
 }{
-	{"unknown_top_key.yaml", 2, `version: unknown key "version" (known keys: agents, mcp_servers, webhooks)`},
+	{"unknown_top_key.yaml", 2, `version: unknown key "version" (known keys: agents, mcp_servers, models, webhooks)`},
 	{"unknown_agent_key.yaml", 4, `agents.default.prompt: unknown key "prompt"`},
 	{"unknown_server_key.yaml", 4, `mcp_servers.calc.args: unknown key "args" (known keys: command, env, url, headers)`},
 	{"tools_not_list.yaml", 3, `agents.default.tools: must be a list of tool names or globs, got "sleep"`},
@@ -237,7 +237,7 @@ var rejections = []struct {
 	{"confirm_ttl_word.yaml", 3, `agents.default.confirm_ttl: must be a positive duration such as 1h or 90s, got "soon"`},
 	{"confirm_ttl_number.yaml", 3, `agents.default.confirm_ttl: must be a duration such as 1h or 90s, got "3600" (int)`},
 	{"confirm_ttl_negative.yaml", 3, `agents.default.confirm_ttl: must be a positive duration such as 1h or 90s, got "-1h"`},
-	{"top_list.yaml", 1, `the configuration must be a mapping with the keys agents, mcp_servers, webhooks, got a list`},
+	{"top_list.yaml", 1, `the configuration must be a mapping with the keys agents, mcp_servers, models, webhooks, got a list`},
 	{"null_key.yaml", 2, `agents: keys must be names, got null`},
 	{"both_command_url.yaml", 4, `mcp_servers.calc: has both command (line 5) and url (line 6)`},
 	{"neither_command_url.yaml", 2, `mcp_servers.calc: needs command (a stdio server) or url (a streamable HTTP server)`},

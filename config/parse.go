@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math"
 	"net/url"
 	"regexp"
 	"slices"
@@ -18,7 +19,9 @@ import (
 
 // The keys each level of the file may have (docs/tools.md).
 var (
-	topKeys    = []string{"agents", "mcp_servers", "webhooks"}
+	topKeys    = []string{"agents", "mcp_servers", "models", "webhooks"}
+	modelKeys  = []string{"price", "context_tokens"}
+	priceKeys  = []string{"input_per_mtok", "output_per_mtok"}
 	agentKeys  = []string{"model", "system", "tools", "confirm", "confirm_ttl", "max_steps", "delegates"}
 	serverKeys = []string{"command", "env", "url", "headers"}
 )
@@ -70,6 +73,16 @@ func (p *parser) parse(data []byte) *Config {
 			servers = &top[i]
 		case "webhooks":
 			c.Webhooks = p.webhooks(&top[i])
+		case "models":
+			list, _ := p.mapping(top[i].value, "models", "", nil)
+			for _, e := range list {
+				if m := p.model(e); m != nil {
+					if c.Models == nil {
+						c.Models = map[string]*Model{}
+					}
+					c.Models[m.Name] = m
+				}
+			}
 		}
 	}
 	// Servers first, wherever they are in the file: tools entries are
@@ -572,6 +585,72 @@ func (p *parser) strList(n *yaml.Node, path, of string) (items []string, nodes [
 		}
 	}
 	return items, nodes
+}
+
+// model reads one entry of the top-level models map: a model's price and
+// context budget (docs/models.md "Prices").
+func (p *parser) model(e entry) *Model {
+	m := &Model{Name: e.name, Line: e.key.Line}
+	fields, ok := p.mapping(e.value, e.path, "", modelKeys)
+	if !ok {
+		return nil
+	}
+	for _, f := range fields {
+		if isNull(f.value) {
+			continue
+		}
+		switch f.name {
+		case "price":
+			pf, ok := p.mapping(f.value, f.path, "", priceKeys)
+			if !ok {
+				continue
+			}
+			price := &Price{}
+			have := map[string]bool{}
+			for _, k := range pf {
+				v, ok := p.number(k.value, k.path)
+				if !ok {
+					continue
+				}
+				if v < 0 {
+					p.errorf(k.value, "%s: must not be negative, got %v", k.path, v)
+					continue
+				}
+				have[k.name] = true
+				if k.name == "input_per_mtok" {
+					price.InputPerMTok = v
+				} else {
+					price.OutputPerMTok = v
+				}
+			}
+			if !have["input_per_mtok"] || !have["output_per_mtok"] {
+				p.errorf(f.value, "%s: needs input_per_mtok and output_per_mtok (USD per million tokens)", f.path)
+				continue
+			}
+			m.Price = price
+		case "context_tokens":
+			n, ok := p.integer(f.value, f.path)
+			if !ok {
+				continue
+			}
+			if n < 1 {
+				p.errorf(f.value, "%s: must be at least 1, got %d", f.path, n)
+				continue
+			}
+			m.ContextTokens = n
+		}
+	}
+	return m
+}
+
+// number reads a finite number (a whole number is one too).
+func (p *parser) number(n *yaml.Node, path string) (float64, bool) {
+	var v float64
+	if n.Kind != yaml.ScalarNode || (n.ShortTag() != "!!int" && n.ShortTag() != "!!float") || n.Decode(&v) != nil || math.IsNaN(v) || math.IsInf(v, 0) {
+		p.errorf(n, "%s: must be a number, got %s", path, describe(n))
+		return 0, false
+	}
+	return v, true
 }
 
 func (p *parser) integer(n *yaml.Node, path string) (int, bool) {

@@ -318,7 +318,7 @@ func (r *Run) decide(out Outcome) Result {
 		reason = rein.ReasonStop
 	}
 	switch reason {
-	case rein.ReasonStop, rein.ReasonInterrupted, rein.ReasonMaxSteps:
+	case rein.ReasonStop, rein.ReasonInterrupted, rein.ReasonMaxSteps, rein.ReasonBudget:
 		return Result{Status: rein.StatusCompleted, Reason: reason, Reply: out.Reply, Usage: out.Usage}
 	case rein.ReasonCancelled, rein.ReasonTimeout:
 		return r.cancelledResult(reason, out.Usage)

@@ -280,8 +280,8 @@ func everyRoute(t *testing.T, srv *server.Server, sid, runID string) []request {
 		"POST /api/sessions/{id}/runs/{run_id}/promote": {
 			{method: "POST", path: "/api/sessions/" + sid + "/runs/" + runID + "/promote", body: `{"mode":"rollback"}`},
 		},
-		"GET /api/sessions/{id}/events":        {{method: "GET", path: "/api/sessions/" + sid + "/events?after=1"}},
-		"GET /api/sessions/{id}/events/stream": {{method: "GET", path: "/api/sessions/" + sid + "/events/stream", lastEventID: "1"}},
+		"GET /api/sessions/{id}/events":            {{method: "GET", path: "/api/sessions/" + sid + "/events?after=1"}},
+		"GET /api/sessions/{id}/events/stream":     {{method: "GET", path: "/api/sessions/" + sid + "/events/stream", lastEventID: "1"}},
 		"GET /api/webhooks/deliveries":             {{method: "GET", path: "/api/webhooks/deliveries?status=failed"}},
 		"POST /api/webhooks/deliveries/{id}/retry": {{method: "POST", path: "/api/webhooks/deliveries/dlv_x/retry"}},
 		"POST /api/sessions/{id}/events": {

@@ -99,14 +99,14 @@ func TestMessageLifecycle(t *testing.T) {
 			t.Fatalf("%s has run_id %q, want %q", e.Type, e.RunID, runID)
 		}
 	}
-	want := "user.message session.run_started agent.message.delta agent.message session.run_completed"
+	want := "user.message session.run_started agent.message.delta agent.model_request agent.message session.run_completed"
 	if strings.Join(types, " ") != want {
 		t.Fatalf("log %v, want %s", types, want)
 	}
 	if p := payloadOf(t, evs[0]); p["text"] != "hello" || p["run_id"] != runID {
 		t.Fatalf("user.message payload %v", p)
 	}
-	if p := payloadOf(t, evs[3]); p["text"] != "echo: hello" || p["reason"] != "stop" {
+	if p := payloadOf(t, evs[4]); p["text"] != "echo: hello" || p["reason"] != "stop" {
 		t.Fatalf("agent.message payload %v", p)
 	}
 

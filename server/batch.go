@@ -226,7 +226,46 @@ func (p payload) message() (sessions.MessageRequest, error) {
 			req.Timeout = 1 // a positive timeout below a nanosecond still times out
 		}
 	}
+	if req.Budget, _, err = p.budget("budget"); err != nil {
+		return req, err
+	}
 	return req, nil
+}
+
+// budget reads an optional budget object {"tokens"?: int > 0, "cost_usd"?:
+// number > 0} (docs/api.md "Budgets and usage"). given reports that the key
+// was there: with null, b is nil (no budget, or PATCH's "clear it").
+func (p payload) budget(key string) (b *rein.Budget, given bool, err error) {
+	raw, ok := p.fields[key]
+	if !ok {
+		return nil, false, nil
+	}
+	if kind(raw) == 'n' {
+		return nil, true, nil
+	}
+	var fields map[string]json.RawMessage
+	if kind(raw) != '{' || json.Unmarshal(raw, &fields) != nil {
+		return nil, true, rein.InvalidArgument(p.param(key), "%s must be an object {\"tokens\"?: int > 0, \"cost_usd\"?: number > 0}, or null", key)
+	}
+	b = &rein.Budget{}
+	if v, ok := fields["tokens"]; ok && kind(v) != 'n' {
+		var n float64
+		if c := kind(v); !(c == '-' || c >= '0' && c <= '9') || json.Unmarshal(v, &n) != nil || n != math.Trunc(n) || n <= 0 || n > math.MaxInt64/2 {
+			return nil, true, rein.InvalidArgument(p.param(key+".tokens"), "%s.tokens must be a whole number > 0", key)
+		}
+		b.Tokens = int64(n)
+	}
+	if v, ok := fields["cost_usd"]; ok && kind(v) != 'n' {
+		var f float64
+		if c := kind(v); !(c == '-' || c >= '0' && c <= '9') || json.Unmarshal(v, &f) != nil || !(f > 0) || math.IsInf(f, 0) {
+			return nil, true, rein.InvalidArgument(p.param(key+".cost_usd"), "%s.cost_usd must be a number > 0 (US dollars)", key)
+		}
+		b.CostUSD = f
+	}
+	if b.IsZero() {
+		return nil, true, rein.InvalidArgument(p.param(key), "%s must set tokens, cost_usd or both (null: no budget)", key)
+	}
+	return b, true, nil
 }
 
 func (p payload) interrupt() (sessions.InterruptRequest, error) {

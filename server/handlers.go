@@ -80,6 +80,9 @@ type sessionDetailJSON struct {
 	// PendingConfirmations are the calls waiting for an answer, oldest
 	// first; they survive restarts.
 	PendingConfirmations []pendingJSON `json:"pending_confirmations"`
+	// Budget is the session's budget (null: none), Usage its runs' total.
+	Budget *rein.Budget `json:"budget"`
+	Usage  rein.Usage   `json:"usage"`
 }
 
 // pendingJSON is one entry of pending_confirmations.
@@ -117,6 +120,8 @@ type runJSON struct {
 	ClientID *string `json:"client_id"`
 	// Position is a queued run's place in the queue (1 = next), else null.
 	Position *int `json:"position"`
+	// Usage is summed over the run's model requests so far.
+	Usage rein.Usage `json:"usage"`
 	// Error is a FAILED run's error message (an addition to the SPEC's
 	// keys, present only then).
 	Error string `json:"error,omitempty"`
@@ -125,7 +130,7 @@ type runJSON struct {
 // toRunJSON is r as the runs item shows it; pos is its place in the queue
 // (0: not queued).
 func toRunJSON(r *store.RunRecord, pos int) runJSON {
-	out := runJSON{RunID: r.ID, Status: r.Status, CreatedAt: rein.FormatTime(r.CreatedAt), Error: r.Error,
+	out := runJSON{RunID: r.ID, Status: r.Status, CreatedAt: rein.FormatTime(r.CreatedAt), Usage: r.Usage, Error: r.Error,
 		Input: r.Input, ClientID: optional(r.ClientID)}
 	if pos > 0 && r.Status == rein.StatusQueued {
 		out.Position = &pos
@@ -238,6 +243,9 @@ func decodeCreateSession(body []byte) (sessions.CreateSessionRequest, error) {
 	if agentName != nil {
 		req.Agent = *agentName
 	}
+	if req.Budget, _, err = p.budget("budget"); err != nil {
+		return req, err
+	}
 	return req, nil
 }
 
@@ -297,8 +305,8 @@ func metadataField(p payload) (json.RawMessage, error) {
 	return raw, nil
 }
 
-// updateSession is PATCH /api/sessions/{id}: {"title"?, "metadata"?},
-// answered with the session as GET reads it.
+// updateSession is PATCH /api/sessions/{id}: {"title"?, "metadata"?,
+// "budget"? (null clears it)}, answered with the session as GET reads it.
 func (s *Server) updateSession(w http.ResponseWriter, r *http.Request) {
 	body, err := readBody(w, r)
 	if err != nil {
@@ -310,6 +318,9 @@ func (s *Server) updateSession(w http.ResponseWriter, r *http.Request) {
 	if err == nil {
 		if req.Title, err = p.str("title", false, false); err == nil {
 			req.Metadata, err = metadataField(p)
+		}
+		if err == nil {
+			req.Budget, req.SetBudget, err = p.budget("budget")
 		}
 	}
 	if err != nil {
@@ -373,6 +384,8 @@ func toSessionDetailJSON(info *sessions.SessionInfo) sessionDetailJSON {
 		CurrentRunID: optional(info.CurrentRunID),
 		QueuedRunIDs: info.QueuedRunIDs,
 		LastSeq:      info.LastSeq,
+		Budget:       info.Budget,
+		Usage:        info.Usage,
 	}
 	if info.Busy {
 		out.State = "busy"

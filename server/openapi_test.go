@@ -176,6 +176,11 @@ func TestOpenAPIMatchesServer(t *testing.T) {
 		{"GET", "/metrics", "/metrics", nil, 200},
 		{"POST", "/api/sessions", "/api/sessions", nil, 201},
 		{"POST", "/api/sessions", "/api/sessions", `{"metadata":[]}`, 400},
+		{"POST", "/api/sessions", "/api/sessions", `{"budget":{"tokens":100000}}`, 201},
+		{"POST", "/api/sessions", "/api/sessions", `{"budget":{"tokens":0}}`, 400},
+		{"PATCH", "/api/sessions/{id}", sess, `{"budget":{"tokens":100000}}`, 200},
+		{"PATCH", "/api/sessions/{id}", sess, `{"budget":null}`, 200},
+		{"PATCH", "/api/sessions/{id}", sess, `{"budget":{"cost_usd":1}}`, 400},
 		{"GET", "/api/sessions", "/api/sessions", nil, 200},
 		{"GET", "/api/sessions/{id}", sess, nil, 200},
 		{"GET", "/api/sessions/{id}", "/api/sessions/ses_missing", nil, 404},
@@ -312,6 +317,11 @@ func TestOpenAPIMatchesServer(t *testing.T) {
 		{rein.EventQueueChanged, `{"queued":null}`, false},
 		{rein.EventRunEdited, `{"run_id":"run_1","text":"new"}`, true},
 		{rein.EventRunEdited, `{"run_id":"run_1"}`, false},
+		{rein.EventRunCompleted, `{"run_id":"run_1","status":"COMPLETED","reason":"budget"}`, true},
+		{rein.EventModelRequest, `{"run_id":"run_1","step":1,"model":"m","usage":{"input_tokens":3,"output_tokens":4,"cost_usd":null},"duration_ms":12,"outcome":"ok"}`, true},
+		{rein.EventModelRequest, `{"run_id":"run_1","step":1,"model":"m","usage":{"input_tokens":3,"output_tokens":4,"cost_usd":0.01},"duration_ms":12,"outcome":"stopped"}`, true},
+		{rein.EventModelRequest, `{"run_id":"run_1","step":1,"model":"m","usage":{"input_tokens":3,"output_tokens":4},"duration_ms":12,"outcome":"ok"}`, false},
+		{rein.EventModelRequest, `{"run_id":"run_1","step":1,"model":"m","usage":{"input_tokens":3,"output_tokens":4,"cost_usd":null},"duration_ms":12,"outcome":"done"}`, false},
 	} {
 		e := rein.Event{Seq: 1, ID: "evt_1", SessionID: "ses_1", RunID: "run_1", Type: c.typ, Payload: json.RawMessage(c.payload), CreatedAt: time.Now()}
 		j, _ := e.MarshalJSON()

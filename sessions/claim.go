@@ -226,7 +226,7 @@ func (lc *lifecycle) recoverLost(tx store.Tx, r *store.RunRecord, now time.Time,
 		if reason.HasReply() {
 			evs = append(evs, rein.NewEvent(rein.EventMessage, r.ID, rein.MessagePayload{RunID: r.ID, Text: "", Reason: reason, Usage: &r.Usage}))
 		}
-		_, err := lc.writeEnd(tx, r, &endState{reason: reason, errText: errText, msgs: msgs, evs: evs, usage: r.Usage}, now, 0)
+		_, err := lc.writeEnd(tx, r, &endState{reason: reason, errText: errText, msgs: msgs, evs: evs}, now, 0)
 		return err
 	}
 	// A run waiting for confirmations is not resumed or failed: it goes on

@@ -416,6 +416,7 @@ func checkRecovered(t *testing.T, st store.Store, key rein.SessionKey, ackedRuns
 		t.Errorf("transcript: %v", err)
 	}
 	checkStepTexts(t, evs, h)
+	checkModelRequests(t, evs, h, runs)
 	if t.Failed() {
 		for _, e := range evs {
 			t.Logf("%3d %-38s run=%s %s", e.Seq, e.Type, e.RunID, e.Payload)
@@ -623,4 +624,56 @@ func TestCrashWindowsOfExpiry(t *testing.T) {
 			})
 		}
 	})
+}
+
+// checkModelRequests checks the agent.model_request records: every saved
+// step has exactly one that ended ok — the write that saved the step
+// logged it, so a request cut by the crash has none and its redo has its
+// own — every ok one belongs to a saved step, and a run's usage is the sum
+// of its requests' (added in the same writes).
+func checkModelRequests(t *testing.T, evs []rein.Event, hist []rein.Message, runs []*store.RunRecord) {
+	t.Helper()
+	type stepKey struct {
+		run  string
+		step int
+	}
+	ok := map[stepKey]int{}
+	sums := map[string]rein.Usage{}
+	for _, e := range evs {
+		if e.Type != rein.EventModelRequest {
+			continue
+		}
+		var p rein.ModelRequestPayload
+		if err := e.DecodePayload(&p); err != nil {
+			t.Fatal(err)
+		}
+		if p.RunID != e.RunID || p.Model == "" || p.DurationMS < 0 {
+			t.Errorf("agent.model_request %s", e.Payload)
+		}
+		if p.Outcome == rein.RequestOK {
+			ok[stepKey{p.RunID, p.Step}]++
+		}
+		sums[p.RunID] = sums[p.RunID].Add(p.Usage)
+	}
+	saved := map[stepKey]bool{}
+	for _, m := range hist {
+		if m.Role == rein.RoleAssistant && !m.Partial {
+			saved[stepKey{m.RunID, m.Step}] = true
+		}
+	}
+	for k := range saved {
+		if ok[k] != 1 {
+			t.Errorf("run %s step %d: %d agent.model_request with outcome ok, want 1", k.run, k.step, ok[k])
+		}
+	}
+	for k := range ok {
+		if !saved[k] {
+			t.Errorf("run %s step %d: an agent.model_request ok without a saved step", k.run, k.step)
+		}
+	}
+	for _, r := range runs {
+		if r.Usage.InputTokens != sums[r.ID].InputTokens || r.Usage.OutputTokens != sums[r.ID].OutputTokens {
+			t.Errorf("run %s: usage %+v, its requests sum to %+v", r.ID, r.Usage, sums[r.ID])
+		}
+	}
 }

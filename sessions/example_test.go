@@ -88,9 +88,11 @@ func Example() {
 	// 1 user.message
 	// 2 session.run_started
 	// 3 agent.message.delta
-	// 4 agent.tool_use
-	// 5 agent.tool_result
-	// 6 agent.message.delta
-	// 7 agent.message
-	// 8 session.run_completed
+	// 4 agent.model_request
+	// 5 agent.tool_use
+	// 6 agent.tool_result
+	// 7 agent.message.delta
+	// 8 agent.model_request
+	// 9 agent.message
+	// 10 session.run_completed
 }

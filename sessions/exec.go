@@ -270,6 +270,9 @@ func (s *Service) execute(ctx context.Context, c *run.Control, lr *liveRun) run.
 		InTools:    inTools,
 		Observer:   s.probe,
 	}
+	if err := s.bindBudget(context.WithoutCancel(ctx), &lr.turn, sess, rec); err != nil {
+		return run.Outcome{Reason: rein.ReasonError, Err: fmt.Errorf("load session usage: %w", err)}
+	}
 	return ag.Loop.Run(ctx, c, &lr.turn)
 }
 
@@ -326,7 +329,7 @@ func (s *Service) finishClaimed(lr *liveRun, res run.Result, executed bool) {
 		return
 	}
 	lr.mu.Lock()
-	es := endState{reason: res.Reason, usage: res.Usage, msgs: lr.closingMsgs, evs: lr.closingEvs}
+	es := endState{reason: res.Reason, msgs: lr.closingMsgs, evs: lr.closingEvs}
 	if !executed {
 		mode := lr.stopMode
 		if mode == "" && lr.h.Interrupted() {

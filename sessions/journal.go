@@ -54,12 +54,12 @@ func (j *journal) Pending(ctx context.Context) (int, error) {
 	return j.s.st.PendingSupplements(ctx, j.lr.key())
 }
 
-func (j *journal) SaveStep(ctx context.Context, step int, asst rein.Message, confirm []rein.ToolCall) error {
+func (j *journal) SaveStep(ctx context.Context, step int, asst rein.Message, confirm []rein.ToolCall, req *rein.ModelRequestPayload) error {
 	fence, err := j.before(ctx)
 	if err != nil {
 		return err
 	}
-	if err := j.s.life.saveStep(ctx, j.lr.key(), fence, j.lr.id, step, asst, confirm, j.confirmTTL); err != nil {
+	if err := j.s.life.saveStep(ctx, j.lr.key(), fence, j.lr.id, step, asst, confirm, j.confirmTTL, req); err != nil {
 		return err
 	}
 	if len(confirm) > 0 && j.confirmTTL > 0 {

@@ -155,6 +155,9 @@ func (lc *lifecycle) admit(ctx context.Context, key rein.SessionKey, req Message
 				return err
 			}
 		}
+		if err := refuseOverBudget(tx); err != nil {
+			return err
+		}
 		active, err := tx.Runs(activeStatuses...)
 		if err != nil {
 			return err
@@ -191,6 +194,7 @@ func (lc *lifecycle) admit(ctx context.Context, key rein.SessionKey, req Message
 		rec := &store.RunRecord{
 			Owner: key.Owner, SessionID: key.ID, ID: id.New(id.Run), Status: rein.StatusQueued,
 			Input: req.Text, ClientID: req.ClientID, QueueOrder: now.UnixNano(), Instance: lc.instance, CreatedAt: now,
+			Budget: req.Budget,
 		}
 		if front {
 			// Of several such messages the newest runs first.
@@ -365,15 +369,26 @@ func (lc *lifecycle) consume(ctx context.Context, key rein.SessionKey, fence sto
 	return hints, nil
 }
 
-// saveStep records a step's assistant message, its agent.tool_use events
-// and the confirmation requests of confirm, in the model's order.
+// saveStep records a step's assistant message, the agent.model_request of
+// the request that produced it (req; its usage added to the run's), its
+// agent.tool_use events and the confirmation requests of confirm, in the
+// model's order.
 //
 // With ttl > 0 each confirmation expires ttl after it is requested (by the
 // store's clock).
-func (lc *lifecycle) saveStep(ctx context.Context, key rein.SessionKey, fence store.Fence, runID string, step int, asst rein.Message, confirm []rein.ToolCall, ttl time.Duration) error {
+func (lc *lifecycle) saveStep(ctx context.Context, key rein.SessionKey, fence store.Fence, runID string, step int, asst rein.Message, confirm []rein.ToolCall, ttl time.Duration, req *rein.ModelRequestPayload) error {
 	return lc.update(ctx, key, fence, func(tx store.Tx) error {
 		if err := tx.AppendHistory(asst); err != nil {
 			return err
+		}
+		if req != nil {
+			u := req.Usage
+			if _, err := tx.UpdateRun(runID, store.RunUpdate{AddUsage: &u}); err != nil {
+				return err
+			}
+			if _, err := tx.AppendEvents(agent.ModelRequestEvent(*req)); err != nil {
+				return err
+			}
 		}
 		now := tx.Now()
 		var expires time.Time
@@ -485,7 +500,6 @@ func interruptEvent(runID, clientID string, mode rein.StopMode, msg *string, acc
 type endState struct {
 	reason  rein.Reason
 	errText string
-	usage   rein.Usage
 	// msgs and evs are the loop's closing writes (Journal.Finish).
 	msgs []rein.Message
 	evs  []rein.Event
@@ -567,8 +581,10 @@ func (lc *lifecycle) writeEnd(tx store.Tx, r *store.RunRecord, es *endState, now
 		es.reason, es.errText, es.evs = rein.ReasonCancelled, "", withoutReply(es.evs)
 	}
 	status := es.reason.Status()
+	// The run's usage is what its steps' writes added, and the requests
+	// this write records.
 	ended, err := tx.UpdateRun(r.ID, store.RunUpdate{Status: status, Reason: es.reason, Error: es.errText,
-		EndedAt: now, Usage: &es.usage, RolledBack: rolled})
+		EndedAt: now, AddUsage: requestUsage(es.evs), RolledBack: rolled})
 	if err != nil {
 		return nil, err
 	}

@@ -105,6 +105,10 @@ type Config struct {
 	// refused at once with an *OverloadError (unavailable, Retry-After),
 	// writing nothing. 0 means DefaultMaxRunsInFlight; negative, no bound.
 	MaxRunsInFlight int
+	// Prices looks up a model's price by name (an Agent.Model value): the
+	// cost of its requests, and what a cost budget needs (docs/api.md
+	// "Budgets and usage"). Nil: no model has a price.
+	Prices model.Prices
 	// MaxPendingWrites bounds the writes waiting in the store's writer
 	// queue (for stores with the store.Backlog capability): at or beyond
 	// it, new runs and new sessions are refused like MaxRunsInFlight. 0
@@ -376,6 +380,10 @@ type CreateSessionRequest struct {
 	System *string
 	// Agent names the configured agent its runs use ("": DefaultAgent).
 	Agent string
+	// Budget bounds what the session's runs may spend together (nil:
+	// none; CheckBudget). A cost bound needs the agent's model to have a
+	// price.
+	Budget *rein.Budget
 }
 
 // Limits of caller-given session fields (docs/api.md).
@@ -466,13 +474,19 @@ func (s *Service) CreateOrGetSession(ctx context.Context, owner string, req Crea
 	if s.cfg.Agents[name] == nil {
 		return nil, false, rein.InvalidArgument("agent", "unknown agent %q (configured: %s)", name, strings.Join(s.agentNames(), ", "))
 	}
+	if err := CheckBudget(req.Budget, "budget"); err != nil {
+		return nil, false, err
+	}
+	if err := s.checkPriced(req.Budget, name, "budget"); err != nil {
+		return nil, false, err
+	}
 	if err := s.unavailableIfDraining(); err != nil {
 		return nil, false, err
 	}
 	if err := s.admitWrites(); err != nil {
 		return nil, false, err
 	}
-	sess = &store.Session{Owner: owner, ID: req.ID, Metadata: md, System: req.System, Agent: name, Title: req.Title, CreatedAt: s.now()}
+	sess = &store.Session{Owner: owner, ID: req.ID, Metadata: md, System: req.System, Agent: name, Title: req.Title, Budget: req.Budget, CreatedAt: s.now()}
 	if req.ID == "" {
 		sess.ID = id.New(id.Session)
 		if err := s.st.CreateSession(ctx, sess); err != nil {
@@ -491,17 +505,36 @@ type UpdateSessionRequest struct {
 	Title *string
 	// Metadata replaces the metadata (a JSON object).
 	Metadata json.RawMessage
+	// SetBudget replaces the session's budget with Budget (nil clears it;
+	// CheckBudget). Raising it lets a session over its budget take
+	// messages again.
+	SetBudget bool
+	Budget    *rein.Budget
 }
 
-// UpdateSession changes a session's title or metadata in one write and
-// returns the session as GetSession does. It logs no event.
+// UpdateSession changes a session's title, metadata or budget in one write
+// and returns the session as GetSession does. It logs no event.
 func (s *Service) UpdateSession(ctx context.Context, key rein.SessionKey, req UpdateSessionRequest) (*SessionInfo, error) {
 	if err := checkTitle(req.Title); err != nil {
 		return nil, err
 	}
-	if req.Title != nil || req.Metadata != nil {
+	if req.SetBudget {
+		if err := CheckBudget(req.Budget, "budget"); err != nil {
+			return nil, err
+		}
+		if req.Budget != nil && req.Budget.CostUSD > 0 {
+			sess, err := s.st.GetSession(ctx, key)
+			if err != nil {
+				return nil, err
+			}
+			if err := s.checkPriced(req.Budget, sess.Agent, "budget"); err != nil {
+				return nil, err
+			}
+		}
+	}
+	if req.Title != nil || req.Metadata != nil || req.SetBudget {
 		if err := s.life.update(ctx, key, store.Fence{}, func(tx store.Tx) error {
-			_, err := tx.UpdateSession(store.SessionUpdate{Title: req.Title, Metadata: req.Metadata})
+			_, err := tx.UpdateSession(store.SessionUpdate{Title: req.Title, Metadata: req.Metadata, SetBudget: req.SetBudget, Budget: req.Budget})
 			return err
 		}); err != nil {
 			return nil, err
@@ -521,6 +554,8 @@ type SessionInfo struct {
 	// PendingConfirmations are the calls waiting for an answer, oldest
 	// first (they survive restarts: docs/tools.md).
 	PendingConfirmations []*store.Confirmation
+	// Usage is the session's total: its runs' usage summed.
+	Usage rein.Usage
 }
 
 // GetSession returns a session and its state.
@@ -534,6 +569,7 @@ func (s *Service) GetSession(ctx context.Context, key rein.SessionKey) (*Session
 	if err != nil {
 		return nil, err
 	}
+	info.Usage = sessionUsage(runs, "")
 	var queued []*store.RunRecord
 	for _, r := range runs {
 		switch r.Status {

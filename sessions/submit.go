@@ -22,6 +22,9 @@ type MessageRequest struct {
 	ClientID string
 	// Timeout, when positive, is the run's deadline, queue time included.
 	Timeout time.Duration
+	// Budget bounds what the run may spend (nil: none; CheckBudget). A
+	// cost bound needs the session's agent's model to have a price.
+	Budget *rein.Budget
 }
 
 // MessageResult is the answer to a user.message, and a handle on the run
@@ -65,6 +68,19 @@ func (s *Service) SendMessage(ctx context.Context, key rein.SessionKey, req Mess
 	}
 	if req.Timeout < 0 {
 		return MessageResult{}, rein.InvalidArgument("timeout_s", "timeout_s must be > 0")
+	}
+	if err := CheckBudget(req.Budget, "budget"); err != nil {
+		return MessageResult{}, err
+	}
+	if req.Budget != nil && req.Budget.CostUSD > 0 {
+		// Only a cost bound needs the session's agent: its model's price.
+		sess, err := s.st.GetSession(ctx, key)
+		if err != nil {
+			return MessageResult{}, err
+		}
+		if err := s.checkPriced(req.Budget, sess.Agent, "budget"); err != nil {
+			return MessageResult{}, err
+		}
 	}
 	if req.ClientID == "" {
 		// Refused before anything is asked of the store. A message with a

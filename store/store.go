@@ -74,6 +74,9 @@ type Session struct {
 	Title *string
 	// Subagent is the child's descriptor, nil for a root session.
 	Subagent *SubagentDescriptor
+	// Budget bounds what the session's runs may spend together (docs/api.md
+	// "Budgets and usage"); nil: none.
+	Budget *rein.Budget
 	// CreatedAt is set by CreateSession when zero.
 	CreatedAt time.Time
 }
@@ -93,6 +96,10 @@ func (s *Session) Clone() *Session {
 	if s.Title != nil {
 		title := *s.Title
 		out.Title = &title
+	}
+	if s.Budget != nil {
+		b := *s.Budget
+		out.Budget = &b
 	}
 	if s.Subagent != nil {
 		d := *s.Subagent
@@ -274,10 +281,15 @@ type RunRecord struct {
 	// RolledBack marks a run stopped by when_busy=rollback: its turn is left
 	// out of every later model request.
 	RolledBack bool
-	Usage      rein.Usage
-	CreatedAt  time.Time
-	StartedAt  time.Time // zero until RUNNING
-	EndedAt    time.Time // zero until terminal
+	// Usage is the sum of the run's model requests recorded so far (each
+	// step's write adds its request's).
+	Usage rein.Usage
+	// Budget bounds the run's own usage (its user.message's budget); nil:
+	// none.
+	Budget    *rein.Budget
+	CreatedAt time.Time
+	StartedAt time.Time // zero until RUNNING
+	EndedAt   time.Time // zero until terminal
 }
 
 // Key returns the run's session key.
@@ -350,9 +362,12 @@ type RunUpdate struct {
 	Resumes    *int
 	Stop       Stop
 	RolledBack bool
-	Usage      *rein.Usage
-	StartedAt  time.Time
-	EndedAt    time.Time
+	// Usage replaces the run's usage; AddUsage then adds to it (a model
+	// request's usage, in the write that records the request).
+	Usage     *rein.Usage
+	AddUsage  *rein.Usage
+	StartedAt time.Time
+	EndedAt   time.Time
 }
 
 // Apply applies u to r, as every backend's Tx.UpdateRun does. norm rounds
@@ -390,6 +405,9 @@ func (u RunUpdate) Apply(r *RunRecord, norm func(time.Time) time.Time) {
 	}
 	if u.Usage != nil {
 		r.Usage = *u.Usage
+	}
+	if u.AddUsage != nil {
+		r.Usage = r.Usage.Add(*u.AddUsage)
 	}
 	if !u.StartedAt.IsZero() {
 		r.StartedAt = norm(u.StartedAt)
@@ -837,6 +855,9 @@ type Tx interface {
 	// UpdateSession changes the session's record as u says and returns it
 	// as stored.
 	UpdateSession(u SessionUpdate) (*Session, error)
+	// Budget returns the session's budget, nil when it has none. It sits
+	// on every user.message's admission: cheap (no read of the runs).
+	Budget() (*rein.Budget, error)
 	// SetDefaultTitle gives the session title if it has none (Title nil);
 	// a session with a title, "" included, keeps it. Cheap when it has
 	// one: it sits on every user.message's admission.
@@ -864,6 +885,9 @@ type SessionUpdate struct {
 	Title *string
 	// Metadata replaces the metadata (a JSON object).
 	Metadata json.RawMessage
+	// SetBudget replaces the budget with Budget (nil: none).
+	SetBudget bool
+	Budget    *rein.Budget
 }
 
 // ConsumeQueued consumes every queued supplement of tx's session by

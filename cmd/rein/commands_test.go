@@ -143,14 +143,16 @@ func TestRunsCommand(t *testing.T) {
 		t.Fatalf("exit %d: %s", code, errs)
 	}
 	lines := strings.Split(strings.TrimSuffix(out, "\n"), "\n")
-	if len(lines) != 4 || !regexp.MustCompile(`^RUN +STATUS +REASON +CREATED +STARTED +ENDED$`).MatchString(lines[0]) {
+	if len(lines) != 4 || !regexp.MustCompile(`^RUN +STATUS +REASON +CREATED +STARTED +ENDED +TOKENS IN/OUT +COST$`).MatchString(lines[0]) {
 		t.Fatalf("want a header and 3 runs:\n%s", out)
 	}
 	ts := `\d{4}-\d\d-\d\d \d\d:\d\d:\d\d`
 	for id, pattern := range map[string]string{
-		done.RunID:   `^` + done.RunID + ` +COMPLETED +stop +` + ts + ` +` + ts + ` +` + ts + `$`,
-		long.RunID:   `^` + long.RunID + ` +RUNNING +- +` + ts + ` +` + ts + ` +-$`,
-		queued.RunID: `^` + queued.RunID + ` +QUEUED +- +` + ts + ` +- +-$`,
+		// The scripted model has no price: its cost is "-"; a queued run
+		// has spent nothing.
+		done.RunID:   `^` + done.RunID + ` +COMPLETED +stop +` + ts + ` +` + ts + ` +` + ts + ` +[1-9]\d*/[1-9]\d* +-$`,
+		long.RunID:   `^` + long.RunID + ` +RUNNING +- +` + ts + ` +` + ts + ` +- +[1-9]\d*/[1-9]\d* +-$`,
+		queued.RunID: `^` + queued.RunID + ` +QUEUED +- +` + ts + ` +- +- +0/0 +-$`,
 	} {
 		if l := lineOf(t, out, id+" "); !regexp.MustCompile(pattern).MatchString(strings.TrimRight(l, " ")) {
 			t.Errorf("run line %q does not match %s", l, pattern)

@@ -183,7 +183,7 @@ func (f *follower) event(e rein.Event) (done bool, err error) {
 // exitCode maps a run's end to the exit status of docs/cli.md.
 func exitCode(status rein.RunStatus, reason rein.Reason) int {
 	switch reason {
-	case rein.ReasonStop, rein.ReasonMaxSteps:
+	case rein.ReasonStop, rein.ReasonMaxSteps, rein.ReasonBudget:
 		return exitOK
 	case rein.ReasonInterrupted:
 		return exitInterrupted

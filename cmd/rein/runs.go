@@ -10,7 +10,9 @@ import (
 const runsSynopsis = "rein runs [--server URL] [--token T] [--json] SESSION"
 
 const runsAbout = `Lists a session's runs, newest first: run id, status, the reason it ended,
-and when it was created, started and ended.`
+when it was created, started and ended, and what its model requests used
+(input and output tokens, and the cost in US dollars when the model has a
+price).`
 
 func cmdRuns(ctx context.Context, args []string, std stdio) error {
 	fs := newFlagSet(std, "runs", runsSynopsis, runsAbout)
@@ -46,11 +48,20 @@ func cmdRuns(ctx context.Context, args []string, std stdio) error {
 		return nil
 	}
 	tw := tabwriter.NewWriter(std.out, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "RUN\tSTATUS\tREASON\tCREATED\tSTARTED\tENDED")
+	fmt.Fprintln(tw, "RUN\tSTATUS\tREASON\tCREATED\tSTARTED\tENDED\tTOKENS IN/OUT\tCOST")
 	for _, run := range runs {
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\n", run.RunID, run.Status, dash(string(run.Reason)), when(&run.CreatedAt), when(run.StartedAt), when(run.EndedAt))
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%d/%d\t%s\n", run.RunID, run.Status, dash(string(run.Reason)), when(&run.CreatedAt), when(run.StartedAt), when(run.EndedAt),
+			run.Usage.InputTokens, run.Usage.OutputTokens, cost(run.Usage.CostUSD))
 	}
 	return tw.Flush()
+}
+
+// cost shows a cost in US dollars, "-" when there is none (no price).
+func cost(usd *float64) string {
+	if usd == nil {
+		return "-"
+	}
+	return fmt.Sprintf("$%.4f", *usd)
 }
 
 // oneSession is the session a command is about: its one argument, or

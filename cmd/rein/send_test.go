@@ -53,7 +53,7 @@ func TestSendJSON(t *testing.T) {
 		}
 		types = append(types, string(e.Type))
 	}
-	if got := strings.Join(types, " "); got != "user.message session.run_started agent.message.delta agent.message session.run_completed" {
+	if got := strings.Join(types, " "); got != "user.message session.run_started agent.message.delta agent.model_request agent.message session.run_completed" {
 		t.Fatalf("events %s", got)
 	}
 }

@@ -27,19 +27,22 @@ func TestRun(t *testing.T) {
   1 user.message             "What's the weather in Paris?"
   2 session.run_started
   3 agent.message.delta      "Let me look that up."
-  4 agent.tool_use           weather {"city":"Paris"}
-  5 agent.tool_result        {"city":"Paris","temp":18,"sky":"sunny"}
-  6 agent.message.delta      "Forecast: {\"city\":\"Paris\",\"temp\":18,\"sky\":\"sunny\"}"
-  7 agent.message
-  8 session.run_completed    COMPLETED stop
-  9 user.message             "Please wait for me."
- 10 session.run_started
- 11 agent.message.delta      "Waiting."
- 12 agent.tool_use           pause {"seconds":3600}
+  4 agent.model_request
+  5 agent.tool_use           weather {"city":"Paris"}
+  6 agent.tool_result        {"city":"Paris","temp":18,"sky":"sunny"}
+  7 agent.message.delta      "Forecast: {\"city\":\"Paris\",\"temp\":18,\"sky\":\"sunny\"}"
+  8 agent.model_request
+  9 agent.message
+ 10 session.run_completed    COMPLETED stop
+ 11 user.message             "Please wait for me."
+ 12 session.run_started
+ 13 agent.message.delta      "Waiting."
+ 14 agent.model_request
+ 15 agent.tool_use           pause {"seconds":3600}
     stop accepted: true
- 13 user.interrupt
- 14 agent.tool_result        error "tool call did not complete: the run was stopped"
- 15 session.run_completed    CANCELLED cancelled
+ 16 user.interrupt
+ 17 agent.tool_result        error "tool call did not complete: the run was stopped"
+ 18 session.run_completed    CANCELLED cancelled
 run 1: COMPLETED stop reply="Forecast: {\"city\":\"Paris\",\"temp\":18,\"sky\":\"sunny\"}" tokens=48+22
 run 2: CANCELLED cancelled reply="" tokens=52+7
 `, "\n")

@@ -140,3 +140,26 @@ func (e *nameError) Unwrap() []error {
 	}
 	return errs
 }
+
+// knownPrices are list prices of common models, in USD per million tokens
+// (input, output), as their providers publish them. A configuration's
+// `models` map overrides them; a model missing here has no price unless the
+// configuration gives one.
+var knownPrices = map[string]model.Price{
+	"openai:gpt-4o":                     {InputPerMTok: 2.5, OutputPerMTok: 10},
+	"openai:gpt-4o-mini":                {InputPerMTok: 0.15, OutputPerMTok: 0.6},
+	"openai:gpt-4.1":                    {InputPerMTok: 2, OutputPerMTok: 8},
+	"openai:gpt-4.1-mini":               {InputPerMTok: 0.4, OutputPerMTok: 1.6},
+	"openai:gpt-4.1-nano":               {InputPerMTok: 0.1, OutputPerMTok: 0.4},
+	"anthropic:claude-sonnet-4-5":       {InputPerMTok: 3, OutputPerMTok: 15},
+	"anthropic:claude-haiku-4-5":        {InputPerMTok: 1, OutputPerMTok: 5},
+	"anthropic:claude-opus-4-1":         {InputPerMTok: 15, OutputPerMTok: 75},
+	"anthropic:claude-3-5-haiku-latest": {InputPerMTok: 0.8, OutputPerMTok: 4},
+}
+
+// Price is the built-in price of the model named spec (an Open name), if
+// the catalog knows one. Local models (ollama:, scripted:, demo) have none.
+func Price(spec string) (model.Price, bool) {
+	p, ok := knownPrices[strings.TrimSpace(spec)]
+	return p, ok
+}

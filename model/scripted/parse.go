@@ -222,7 +222,7 @@ func (p *parser) rule(n *yaml.Node, path string) (rule, error) {
 
 func (p *parser) step(n *yaml.Node, path string) (step, error) {
 	st := step{path: path, chunks: 1}
-	fields, err := p.mapping(n, path, "text", "chunks", "chunk_delay", "tool_calls", "error")
+	fields, err := p.mapping(n, path, "text", "chunks", "chunk_delay", "tool_calls", "error", "usage")
 	if err != nil {
 		return st, err
 	}
@@ -275,6 +275,13 @@ func (p *parser) step(n *yaml.Node, path string) (step, error) {
 		}
 		st.err = msg
 	}
+	if v, ok := fields["usage"]; ok {
+		u, err := p.usage(v, path+".usage")
+		if err != nil {
+			return st, err
+		}
+		st.usage = u
+	}
 	if v, ok := fields["tool_calls"]; ok {
 		if st.err != "" {
 			return st, p.errorf(v, path+".tool_calls", "a step with error makes no tool calls")
@@ -292,6 +299,35 @@ func (p *parser) step(n *yaml.Node, path string) (step, error) {
 		}
 	}
 	return st, nil
+}
+
+// usage reads a step's stated token usage: {input_tokens, output_tokens},
+// each a whole number ≥ 0; one left out keeps its estimate.
+func (p *parser) usage(n *yaml.Node, path string) (*stepUsage, error) {
+	fields, err := p.mapping(n, path, "input_tokens", "output_tokens")
+	if err != nil {
+		return nil, err
+	}
+	u := &stepUsage{}
+	for _, k := range []string{"input_tokens", "output_tokens"} {
+		v, ok := fields[k]
+		if !ok {
+			continue
+		}
+		var c int64
+		if v.Kind != yaml.ScalarNode || v.ShortTag() != "!!int" || v.Decode(&c) != nil {
+			return nil, p.errorf(v, path+"."+k, "must be a whole number, got %s", describe(v))
+		}
+		if c < 0 {
+			return nil, p.errorf(v, path+"."+k, "must not be negative, got %d", c)
+		}
+		if k == "input_tokens" {
+			u.input = &c
+		} else {
+			u.output = &c
+		}
+	}
+	return u, nil
 }
 
 func (p *parser) toolCall(n *yaml.Node, path string) (toolCall, error) {

@@ -53,7 +53,7 @@ func TestParseErrorsNameFileAndLine(t *testing.T) {
 		{"chunks a fraction", "x.yaml", "rules:\n  - steps:\n      - text: a\n        chunks: 2.5\n",
 			`x.yaml:4: rules[0].steps[0].chunks: must be a whole number, got 2.5`},
 		{"unknown step field", "x.yaml", "rules:\n  - steps:\n      - text: a\n        delay: 1s\n",
-			`x.yaml:4: rules[0].steps[0].delay: unknown field "delay" (known fields: text, chunks, chunk_delay, tool_calls, error)`},
+			`x.yaml:4: rules[0].steps[0].delay: unknown field "delay" (known fields: text, chunks, chunk_delay, tool_calls, error, usage)`},
 		{"duplicate field", "x.yaml", "rules:\n  - steps:\n      - text: a\n        text: b\n",
 			`x.yaml:4: rules[0].steps[0].text: duplicate field`},
 		{"text is a list", "x.yaml", "rules:\n  - steps:\n      - text: [a]\n",

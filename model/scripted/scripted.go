@@ -21,6 +21,8 @@
 //	            input: {seconds: 5}
 //	      - text: "done: {{.ToolResult}}"
 //	      - error: "upstream exploded"   # this request fails with exactly this message
+//	      - text: "costly"
+//	        usage: {input_tokens: 1000, output_tokens: 50}   # the tokens this request reports (default: an estimate)
 //
 // Additions to docs/models.md, all backwards compatible:
 //   - error: the request streams its text (if any) and then Recv fails with
@@ -104,6 +106,14 @@ type step struct {
 	chunkDelay time.Duration
 	toolCalls  []toolCall
 	err        string
+	// usage is the step's stated token usage (docs/models.md); nil: the
+	// estimate.
+	usage *stepUsage
+}
+
+// stepUsage is a step's `usage:`; a count left out is estimated.
+type stepUsage struct {
+	input, output *int64
 }
 
 type toolCall struct {
@@ -251,6 +261,14 @@ func (m *Model) Stream(ctx context.Context, req *model.Request) (model.Stream, e
 		s.chunks = append(s.chunks, model.Chunk{Kind: model.ChunkToolCall, ToolCall: call})
 	}
 	s.usage = rein.Usage{InputTokens: estimateTokens(inputRunes(req)), OutputTokens: estimateTokens(outRunes)}
+	if st.usage != nil {
+		if st.usage.input != nil {
+			s.usage.InputTokens = *st.usage.input
+		}
+		if st.usage.output != nil {
+			s.usage.OutputTokens = *st.usage.output
+		}
+	}
 	s.chunks = append(s.chunks, model.Chunk{Kind: model.ChunkUsage, Usage: &s.usage})
 	finish := model.FinishStop
 	if len(st.toolCalls) > 0 {

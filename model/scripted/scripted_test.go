@@ -294,6 +294,22 @@ func TestUsageEstimate(t *testing.T) {
 	}
 }
 
+// A step's stated usage replaces the estimate, each count on its own.
+func TestStatedUsage(t *testing.T) {
+	m := mustParse(t, "rules:\n  - steps:\n    - {text: hi, usage: {input_tokens: 1000, output_tokens: 50}}\n    - {text: hi, usage: {output_tokens: 0}}\n")
+	if got := collect(t, m, &model.Request{Step: 1}).usage; got != (rein.Usage{InputTokens: 1000, OutputTokens: 50}) {
+		t.Errorf("stated usage = %+v, want 1000/50", got)
+	}
+	if got := collect(t, m, &model.Request{Step: 2, System: strings.Repeat("s", 40)}).usage; got != (rein.Usage{InputTokens: 10, OutputTokens: 0}) {
+		t.Errorf("output stated, input estimated = %+v, want 10/0", got)
+	}
+	for _, bad := range []string{"{input_tokens: -1}", "{input_tokens: 1.5}", "{tokens: 3}", "5"} {
+		if _, err := Parse("x.yaml", []byte("rules:\n  - steps:\n    - {text: hi, usage: "+bad+"}\n")); err == nil {
+			t.Errorf("usage %s parsed", bad)
+		}
+	}
+}
+
 func TestErrorStep(t *testing.T) {
 	m := mustParse(t, `
 rules:

@@ -245,7 +245,28 @@ func (t *tx) UpdateSession(u store.SessionUpdate) (*store.Session, error) {
 	if u.Title != nil {
 		t.setTitle(*u.Title)
 	}
+	if u.SetBudget {
+		old := rec.Budget
+		t.onUndo(func() { rec.Budget = old })
+		rec.Budget = nil
+		if u.Budget != nil {
+			b := *u.Budget
+			rec.Budget = &b
+		}
+	}
 	return rec.Clone(), nil
+}
+
+// Budget implements store.Tx.
+func (t *tx) Budget() (*rein.Budget, error) {
+	if err := t.check(); err != nil {
+		return nil, err
+	}
+	if b := t.ss.rec.Budget; b != nil {
+		c := *b
+		return &c, nil
+	}
+	return nil, nil
 }
 
 // SetDefaultTitle implements store.Tx.

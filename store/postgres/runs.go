@@ -11,7 +11,7 @@ import (
 )
 
 const runColumns = `owner, session_id, id, status, reason, error, input, client_id, queue_order, deadline,
-	instance, input_tokens, output_tokens, created_at, started_at, ended_at, resumes, stop, rolled_back`
+	instance, input_tokens, output_tokens, created_at, started_at, ended_at, resumes, stop, rolled_back, cost_usd, budget`
 
 func scanRun(row pgx.Row) (*store.RunRecord, error) {
 	var (
@@ -19,10 +19,15 @@ func scanRun(row pgx.Row) (*store.RunRecord, error) {
 		status, reason           string
 		clientID                 *string
 		deadline, started, ended *time.Time
+		budget                   []byte
 	)
 	if err := row.Scan(&r.Owner, &r.SessionID, &r.ID, &status, &reason, &r.Error, &r.Input, &clientID, &r.QueueOrder,
 		&deadline, &r.Instance, &r.Usage.InputTokens, &r.Usage.OutputTokens, &r.CreatedAt, &started, &ended,
-		&r.Resumes, &r.Stop, &r.RolledBack); err != nil {
+		&r.Resumes, &r.Stop, &r.RolledBack, &r.Usage.CostUSD, &budget); err != nil {
+		return nil, err
+	}
+	var err error
+	if r.Budget, err = parseBudget(budget); err != nil {
 		return nil, err
 	}
 	r.Status, r.Reason = rein.RunStatus(status), rein.Reason(reason)
@@ -39,7 +44,7 @@ func scanRun(row pgx.Row) (*store.RunRecord, error) {
 // failed statement would abort the whole transaction, and a caller that
 // meets a taken client id wants to go on and read that run.
 const insertRunSQL = `INSERT INTO runs (` + runColumns + `)
-	VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18, $19)
+	VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18, $19, $20, $21::text::jsonb)
 	ON CONFLICT DO NOTHING
 	RETURNING 1`
 
@@ -62,7 +67,7 @@ func createRun(q sender, r *store.RunRecord, now time.Time) error {
 	queryRow(b, scanInt, new(int64), &inserted, insertRunSQL,
 		r.Owner, r.SessionID, r.ID, string(r.Status), string(r.Reason), r.Error, r.Input, nullString(r.ClientID), r.QueueOrder,
 		nullTime(r.Deadline), r.Instance, r.Usage.InputTokens, r.Usage.OutputTokens, r.CreatedAt, nullTime(r.StartedAt), nullTime(r.EndedAt),
-		r.Resumes, string(r.Stop), r.RolledBack)
+		r.Resumes, string(r.Stop), r.RolledBack, r.Usage.CostUSD, budgetText(r.Budget))
 	if err := q.send("create run", b); err != nil {
 		return err
 	}
@@ -107,17 +112,20 @@ UPDATE runs SET
     error         = coalesce(nullif($6::text, ''), error),
     queue_order   = coalesce($7::bigint, queue_order),
     instance      = coalesce(nullif($8::text, ''), instance),
-    input_tokens  = coalesce($9::bigint, input_tokens),
-    output_tokens = coalesce($10::bigint, output_tokens),
+    input_tokens  = coalesce($9::bigint, input_tokens) + $16::bigint,
+    output_tokens = coalesce($10::bigint, output_tokens) + $17::bigint,
+    cost_usd      = CASE WHEN $20::double precision IS NULL
+                         THEN (CASE WHEN $18::boolean THEN $19::double precision ELSE cost_usd END)
+                         ELSE coalesce(CASE WHEN $18::boolean THEN $19::double precision ELSE cost_usd END, 0) + $20 END,
     started_at    = coalesce($11::timestamptz, started_at),
     ended_at      = coalesce($12::timestamptz, ended_at),
     resumes       = coalesce($13::integer, resumes),
     stop          = coalesce(nullif($14::text, ''), stop),
     rolled_back   = rolled_back OR $15::boolean,
-    input         = coalesce(nullif($16::text, ''), input)
+    input         = coalesce(nullif($21::text, ''), input)
 WHERE owner = $1 AND session_id = $2 AND id = $3
   AND status NOT IN ('COMPLETED', 'FAILED', 'CANCELLED')
-  AND ($16::text = '' OR status = 'QUEUED')
+  AND ($21::text = '' OR status = 'QUEUED')
 RETURNING ` + runColumns
 
 // updateRun is Tx.UpdateRun: its Update checked the fence and holds it.
@@ -125,9 +133,17 @@ func updateRun(q sender, key rein.SessionKey, runID string, u store.RunUpdate) (
 	if u.Status != "" && !u.Status.Valid() {
 		return nil, rein.InvalidArgument("status", "unknown run status %q", u.Status)
 	}
-	var in, out *int64
+	var (
+		in, out       *int64
+		setCost       bool
+		cost, addCost *float64
+		addIn, addOut int64
+	)
 	if u.Usage != nil {
-		in, out = &u.Usage.InputTokens, &u.Usage.OutputTokens
+		in, out, setCost, cost = &u.Usage.InputTokens, &u.Usage.OutputTokens, true, u.Usage.CostUSD
+	}
+	if u.AddUsage != nil {
+		addIn, addOut, addCost = u.AddUsage.InputTokens, u.AddUsage.OutputTokens, u.AddUsage.CostUSD
 	}
 	var (
 		r       *store.RunRecord
@@ -136,7 +152,7 @@ func updateRun(q sender, key rein.SessionKey, runID string, u store.RunUpdate) (
 	b := &pgx.Batch{}
 	queryRow(b, scanRun, &r, &updated, updateRunSQL, key.Owner, key.ID, runID,
 		string(u.Status), string(u.Reason), u.Error, u.QueueOrder, u.Instance, in, out, nullTime(u.StartedAt), nullTime(u.EndedAt),
-		u.Resumes, string(u.Stop), u.RolledBack, u.Input)
+		u.Resumes, string(u.Stop), u.RolledBack, addIn, addOut, setCost, cost, addCost, u.Input)
 	if err := q.send("update run", b); err != nil {
 		return nil, err
 	}

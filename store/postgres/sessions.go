@@ -62,9 +62,10 @@ func (s *Store) createSession(ctx context.Context, sess *store.Session, once boo
 	octx, cancel := s.opContext(ctx)
 	defer cancel()
 	insert := func(b *pgx.Batch) {
-		b.Queue(`INSERT INTO sessions (owner, id, parent_id, metadata, system, subagent, created_at, agent, title)
-			VALUES ($1, $2, $3, $4::text::json, $5, $6::text::json, $7, $8, $9)`,
-			sess.Owner, sess.ID, nullString(sess.ParentID), string(sess.Metadata), sess.System, nullBytes(subagent), sess.CreatedAt, sess.Agent, sess.Title)
+		b.Queue(`INSERT INTO sessions (owner, id, parent_id, metadata, system, subagent, created_at, agent, title, budget)
+			VALUES ($1, $2, $3, $4::text::json, $5, $6::text::json, $7, $8, $9, $10::text::jsonb)`,
+			sess.Owner, sess.ID, nullString(sess.ParentID), string(sess.Metadata), sess.System, nullBytes(subagent), sess.CreatedAt, sess.Agent, sess.Title,
+			budgetText(sess.Budget))
 		b.Queue(`INSERT INTO event_seqs (owner, session_id) VALUES ($1, $2)`, sess.Owner, sess.ID)
 	}
 	var existing []*store.Session
@@ -126,7 +127,7 @@ func (s *Store) createOnce(octx context.Context, id string, existing *[]*store.S
 	return nil
 }
 
-const sessionColumns = `owner, id, parent_id, metadata, system, subagent, created_at, agent, title`
+const sessionColumns = `owner, id, parent_id, metadata, system, subagent, created_at, agent, title, budget`
 
 func scanSession(row pgx.Row) (*store.Session, error) { return scanSessionAnd(row) }
 
@@ -138,8 +139,13 @@ func scanSessionAnd(row pgx.Row, extra ...any) (*store.Session, error) {
 		parent   *string
 		metadata []byte
 		subagent []byte
+		budget   []byte
 	)
-	if err := row.Scan(append([]any{&sess.Owner, &sess.ID, &parent, &metadata, &sess.System, &subagent, &sess.CreatedAt, &sess.Agent, &sess.Title}, extra...)...); err != nil {
+	if err := row.Scan(append([]any{&sess.Owner, &sess.ID, &parent, &metadata, &sess.System, &subagent, &sess.CreatedAt, &sess.Agent, &sess.Title, &budget}, extra...)...); err != nil {
+		return nil, err
+	}
+	var err error
+	if sess.Budget, err = parseBudget(budget); err != nil {
 		return nil, err
 	}
 	if parent != nil {
@@ -441,4 +447,29 @@ func (s *Store) ListSessionSummaries(ctx context.Context, owner string, page sto
 		return &sum, nil
 	}
 	return queryAll(ctx, s, "list sessions", scan, summarySQL, owner, page.After.IsZero(), dbTime(page.After.CreatedAt), page.After.ID, limit)
+}
+
+// budgetText is a budget as its jsonb column takes it (nil: NULL).
+func budgetText(b *rein.Budget) *string {
+	if b == nil {
+		return nil
+	}
+	out, err := json.Marshal(b)
+	if err != nil {
+		return nil // two numbers always marshal
+	}
+	t := string(out)
+	return &t
+}
+
+// parseBudget reads a budget column (NULL: nil).
+func parseBudget(v []byte) (*rein.Budget, error) {
+	if v == nil {
+		return nil, nil
+	}
+	b := new(rein.Budget)
+	if err := json.Unmarshal(v, b); err != nil {
+		return nil, err
+	}
+	return b, nil
 }

@@ -75,7 +75,10 @@ type updateTx struct {
 	// untitled: the session has no title (read with the session row's
 	// lock, so SetDefaultTitle costs nothing once it has one).
 	untitled bool
-	lastSeq  int64 // the counter, counting held-back events
+	// budget is the session's budget column (NULL: nil), read with the
+	// session row's lock and kept as UpdateSession changes it.
+	budget  []byte
+	lastSeq int64 // the counter, counting held-back events
 
 	events  []rein.Event // held back for the commit, seqs assigned
 	title   *string      // a default title held back for the commit
@@ -142,7 +145,7 @@ func (u *updateTx) lock() (bool, error) {
 	b := &pgx.Batch{}
 	b.Queue(`BEGIN ISOLATION LEVEL READ COMMITTED`)
 	var head txHead
-	queryRow(b, scanTxHead, &head, &found, `SELECT now(), title IS NULL FROM sessions WHERE owner = $1 AND id = $2 FOR UPDATE`,
+	queryRow(b, scanTxHead, &head, &found, `SELECT now(), title IS NULL, budget FROM sessions WHERE owner = $1 AND id = $2 FOR UPDATE`,
 		u.key.Owner, u.key.ID)
 	queryRow(b, scanLease, &u.lease, nil, `SELECT `+leaseColumns+` FROM leases WHERE owner = $1 AND session_id = $2 FOR UPDATE`,
 		u.key.Owner, u.key.ID)
@@ -151,7 +154,7 @@ func (u *updateTx) lock() (bool, error) {
 	if err := u.conn.SendBatch(u.octx, b).Close(); err != nil {
 		return false, err
 	}
-	u.now, u.untitled = head.now, head.untitled
+	u.now, u.untitled, u.budget = head.now, head.untitled, head.budget
 	if found && !counted {
 		return false, rein.Errorf(rein.CodeInternal, "postgres: session %s has no event counter", u.key.ID)
 	}
@@ -163,11 +166,12 @@ func (u *updateTx) lock() (bool, error) {
 type txHead struct {
 	now      time.Time
 	untitled bool
+	budget   []byte
 }
 
 func scanTxHead(row pgx.Row) (txHead, error) {
 	var h txHead
-	err := row.Scan(&h.now, &h.untitled)
+	err := row.Scan(&h.now, &h.untitled, &h.budget)
 	return h, err
 }
 
@@ -620,9 +624,10 @@ func (u *updateTx) UpdateSession(su store.SessionUpdate) (*store.Session, error)
 	var sess *store.Session
 	b := &pgx.Batch{}
 	queryRow(b, scanSession, &sess, nil, `UPDATE sessions SET metadata = coalesce($3::text::json, metadata),
-		title = CASE WHEN $4 THEN $5 ELSE title END
+		title = CASE WHEN $4 THEN $5 ELSE title END,
+		budget = CASE WHEN $6 THEN $7::text::jsonb ELSE budget END
 		WHERE owner = $1 AND id = $2 RETURNING `+sessionColumns,
-		u.key.Owner, u.key.ID, meta, su.Title != nil, su.Title)
+		u.key.Owner, u.key.ID, meta, su.Title != nil, su.Title, su.SetBudget, budgetText(su.Budget))
 	if err := u.send("update session", b); err != nil {
 		return nil, err
 	}
@@ -632,7 +637,22 @@ func (u *updateTx) UpdateSession(su store.SessionUpdate) (*store.Session, error)
 	if su.Title != nil {
 		u.untitled = false
 	}
+	if su.SetBudget {
+		u.budget = []byte(nil)
+		if t := budgetText(su.Budget); t != nil {
+			u.budget = []byte(*t)
+		}
+	}
 	return sess, nil
+}
+
+// Budget implements store.Tx: read with the lock of the session row, so
+// it costs no round trip.
+func (u *updateTx) Budget() (*rein.Budget, error) {
+	if err := u.usable(); err != nil {
+		return nil, err
+	}
+	return parseBudget(u.budget)
 }
 
 // SetDefaultTitle titles an untitled session. Whether it has a title was

@@ -565,6 +565,7 @@ func TestUpdateRunMatchesApply(t *testing.T) {
 	ctx := t.Context()
 	key := newSessionKey(t, s)
 	seven, three := int64(7), 3
+	cost := 0.25
 	at := time.Date(2030, 1, 2, 3, 4, 5, 678901234, time.UTC)
 	updates := []store.RunUpdate{
 		{Input: "edited while queued"},
@@ -573,6 +574,9 @@ func TestUpdateRunMatchesApply(t *testing.T) {
 		{QueueOrder: &seven, Resumes: &three},
 		{Stop: "interrupt", RolledBack: true},
 		{Usage: &rein.Usage{InputTokens: 11, OutputTokens: 22}},
+		{AddUsage: &rein.Usage{InputTokens: 5, OutputTokens: 6, CostUSD: &cost}},
+		{AddUsage: &rein.Usage{InputTokens: 1, OutputTokens: 1}},
+		{Usage: &rein.Usage{InputTokens: 2, OutputTokens: 3, CostUSD: &cost}, AddUsage: &rein.Usage{InputTokens: 1, OutputTokens: 1, CostUSD: &cost}},
 		{Stop: "rollback"},
 		{Status: rein.StatusFailed, EndedAt: at.Add(time.Second)},
 	}

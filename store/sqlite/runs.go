@@ -15,7 +15,7 @@ import (
 
 const runColumns = `s.owner, s.id, r.id, r.status, r.reason, r.error, r.input, coalesce(r.client_id, ''),
 	r.queue_order, r.deadline, r.instance, r.resumes, r.stop, r.rolled_back,
-	r.input_tokens, r.output_tokens, r.created_at, r.started_at, r.ended_at`
+	r.input_tokens, r.output_tokens, r.created_at, r.started_at, r.ended_at, r.cost_usd, r.budget`
 
 const runFrom = ` FROM runs r JOIN sessions s ON s.pk = r.session_pk `
 
@@ -26,11 +26,19 @@ func scanRun(sc interface{ Scan(...any) error }) (*store.RunRecord, error) {
 		deadline, created, started sql.NullInt64
 		ended                      sql.NullInt64
 		rolledBack                 int64
+		cost                       sql.NullFloat64
+		budget                     sql.NullString
 	)
 	err := sc.Scan(&r.Owner, &r.SessionID, &r.ID, &status, &reason, &r.Error, &r.Input, &r.ClientID,
 		&r.QueueOrder, &deadline, &r.Instance, &r.Resumes, &r.Stop, &rolledBack,
-		&r.Usage.InputTokens, &r.Usage.OutputTokens, &created, &started, &ended)
+		&r.Usage.InputTokens, &r.Usage.OutputTokens, &created, &started, &ended, &cost, &budget)
 	if err != nil {
+		return nil, err
+	}
+	if cost.Valid {
+		r.Usage.CostUSD = &cost.Float64
+	}
+	if r.Budget, err = parseBudget(budget); err != nil {
 		return nil, err
 	}
 	r.Status, r.Reason, r.RolledBack = rein.RunStatus(status), rein.Reason(reason), rolledBack != 0
@@ -78,13 +86,17 @@ func (tx *wtx) createRun(si *sessInfo, rec *store.RunRecord) error {
 	// The run id's primary key and the session's unique client ids refuse
 	// a duplicate: no read before the insert. A constraint failure undoes
 	// only the statement, so it is a refusal, not a broken transaction.
-	_, err := tx.exec(`INSERT INTO runs (id, session_pk, status, reason, error, input, client_id, queue_order, deadline,
-			instance, resumes, stop, rolled_back, input_tokens, output_tokens, created_at, started_at, ended_at)
-		VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`,
+	budget, err := budgetText(rec.Budget)
+	if err != nil {
+		return err
+	}
+	_, err = tx.exec(`INSERT INTO runs (id, session_pk, status, reason, error, input, client_id, queue_order, deadline,
+			instance, resumes, stop, rolled_back, input_tokens, output_tokens, created_at, started_at, ended_at, cost_usd, budget)
+		VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`,
 		rec.ID, si.pk, string(rec.Status), string(rec.Reason), rec.Error, rec.Input, nullString(rec.ClientID), rec.QueueOrder,
 		micros(rec.Deadline), rec.Instance, rec.Resumes, string(rec.Stop), boolInt(rec.RolledBack),
 		rec.Usage.InputTokens, rec.Usage.OutputTokens,
-		micros(rec.CreatedAt), micros(rec.StartedAt), micros(rec.EndedAt))
+		micros(rec.CreatedAt), micros(rec.StartedAt), micros(rec.EndedAt), nullFloat(rec.Usage.CostUSD), budget)
 	if err == nil {
 		tx.runWritten(si, rec)
 		return nil
@@ -124,11 +136,11 @@ func (tx *wtx) updateRun(si *sessInfo, runID string, u store.RunUpdate) (*store.
 	}
 	u.Apply(rec, norm)
 	_, err = tx.exec(`UPDATE runs SET status = ?, input = ?, reason = ?, error = ?, queue_order = ?, instance = ?,
-			resumes = ?, stop = ?, rolled_back = ?, input_tokens = ?, output_tokens = ?, started_at = ?, ended_at = ?
+			resumes = ?, stop = ?, rolled_back = ?, input_tokens = ?, output_tokens = ?, started_at = ?, ended_at = ?, cost_usd = ?
 		WHERE id = ?`,
 		string(rec.Status), rec.Input, string(rec.Reason), rec.Error, rec.QueueOrder, rec.Instance,
 		rec.Resumes, string(rec.Stop), boolInt(rec.RolledBack),
-		rec.Usage.InputTokens, rec.Usage.OutputTokens, micros(rec.StartedAt), micros(rec.EndedAt), runID)
+		rec.Usage.InputTokens, rec.Usage.OutputTokens, micros(rec.StartedAt), micros(rec.EndedAt), nullFloat(rec.Usage.CostUSD), runID)
 	if err != nil {
 		return nil, err
 	}
@@ -259,4 +271,11 @@ const qEndedSince = `SELECT ` + runColumns + runFrom + `WHERE r.ended_at >= ? OR
 // ListEndedSince implements store.Runs.
 func (s *Store) ListEndedSince(ctx context.Context, since time.Time) ([]*store.RunRecord, error) {
 	return s.listRuns(ctx, qEndedSince, since.UnixMicro())
+}
+
+func nullFloat(f *float64) sql.NullFloat64 {
+	if f == nil {
+		return sql.NullFloat64{}
+	}
+	return sql.NullFloat64{Float64: *f, Valid: true}
 }

@@ -40,6 +40,10 @@ func (s *Store) createSession(ctx context.Context, in *store.Session, once bool)
 		}
 		sub = sql.NullString{String: string(b), Valid: true}
 	}
+	budget, err := budgetText(in.Budget)
+	if err != nil {
+		return nil, false, err
+	}
 	var system, title sql.NullString
 	if in.System != nil {
 		system = sql.NullString{String: *in.System, Valid: true}
@@ -95,9 +99,9 @@ func (s *Store) createSession(ctx context.Context, in *store.Session, once bool)
 		if createdAt.IsZero() {
 			createdAt = tx.now
 		}
-		res, err := tx.exec(`INSERT INTO sessions (owner, id, parent_id, metadata, system, subagent, created_at, agent, title)
-			VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)`,
-			in.Owner, in.ID, in.ParentID, string(meta), system, sub, createdAt.UnixMicro(), in.Agent, title)
+		res, err := tx.exec(`INSERT INTO sessions (owner, id, parent_id, metadata, system, subagent, created_at, agent, title, budget)
+			VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`,
+			in.Owner, in.ID, in.ParentID, string(meta), system, sub, createdAt.UnixMicro(), in.Agent, title, budget)
 		if err != nil {
 			return err
 		}
@@ -116,6 +120,10 @@ func (s *Store) createSession(ctx context.Context, in *store.Session, once bool)
 		if title.Valid {
 			v := title.String
 			stored.Title = &v
+		}
+		if in.Budget != nil {
+			b := *in.Budget
+			stored.Budget = &b
 		}
 		if sub.Valid {
 			stored.Subagent = new(store.SubagentDescriptor)
@@ -137,7 +145,7 @@ func (s *Store) createSession(ctx context.Context, in *store.Session, once bool)
 	return in, true, nil
 }
 
-const sessionColumns = `owner, id, parent_id, metadata, system, subagent, created_at, agent, title`
+const sessionColumns = `owner, id, parent_id, metadata, system, subagent, created_at, agent, title, budget`
 
 // scanSession reads a row of sessionColumns, then into extra the columns
 // that follow them.
@@ -148,9 +156,14 @@ func scanSession(sc interface{ Scan(...any) error }, extra ...any) (*store.Sessi
 		system   sql.NullString
 		sub      sql.NullString
 		title    sql.NullString
+		budget   sql.NullString
 		creation sql.NullInt64
 	)
-	if err := sc.Scan(append([]any{&out.Owner, &out.ID, &out.ParentID, &meta, &system, &sub, &creation, &out.Agent, &title}, extra...)...); err != nil {
+	if err := sc.Scan(append([]any{&out.Owner, &out.ID, &out.ParentID, &meta, &system, &sub, &creation, &out.Agent, &title, &budget}, extra...)...); err != nil {
+		return nil, err
+	}
+	var err error
+	if out.Budget, err = parseBudget(budget); err != nil {
 		return nil, err
 	}
 	if title.Valid {
@@ -292,4 +305,28 @@ func (s *Store) ListSessionSummaries(ctx context.Context, owner string, page sto
 		return nil, s.fail("listing sessions", err)
 	}
 	return out, nil
+}
+
+// budgetText is a budget as its column holds it: JSON, NULL for none.
+func budgetText(b *rein.Budget) (sql.NullString, error) {
+	if b == nil {
+		return sql.NullString{}, nil
+	}
+	out, err := json.Marshal(b)
+	if err != nil {
+		return sql.NullString{}, rein.Errorf(rein.CodeInvalidArgument, "budget: %w", err)
+	}
+	return sql.NullString{String: string(out), Valid: true}, nil
+}
+
+// parseBudget reads a budget column.
+func parseBudget(v sql.NullString) (*rein.Budget, error) {
+	if !v.Valid {
+		return nil, nil
+	}
+	b := new(rein.Budget)
+	if err := json.Unmarshal([]byte(v.String), b); err != nil {
+		return nil, err
+	}
+	return b, nil
 }

@@ -405,12 +405,37 @@ func (t *sqlTx) UpdateSession(u store.SessionUpdate) (*store.Session, error) {
 			return nil, t.end("updating session", err)
 		}
 	}
+	if u.SetBudget {
+		b, err := budgetText(u.Budget)
+		if err != nil {
+			return nil, err
+		}
+		if _, err := t.w.exec(`UPDATE sessions SET budget = ? WHERE pk = ?`, b, t.si.pk); err != nil {
+			return nil, t.end("updating session", err)
+		}
+	}
 	t.w.op.restated = append(t.w.op.restated, t.key)
 	sess, err := scanSession(t.w.queryRow(`SELECT `+sessionColumns+` FROM sessions WHERE pk = ?`, t.si.pk))
 	if err != nil {
 		return nil, t.end("reading session", err)
 	}
 	return sess, nil
+}
+
+// Budget implements store.Tx: one read by primary key.
+func (t *sqlTx) Budget() (*rein.Budget, error) {
+	if err := t.begin(); err != nil {
+		return nil, err
+	}
+	var v sql.NullString
+	if err := t.w.queryRow(`SELECT budget FROM sessions WHERE pk = ?`, t.si.pk).Scan(&v); err != nil {
+		return nil, t.end("reading the session's budget", err)
+	}
+	b, err := parseBudget(v)
+	if err != nil {
+		return nil, t.end("reading the session's budget", err)
+	}
+	return b, nil
 }
 
 // SetDefaultTitle implements store.Tx: one UPDATE by primary key that

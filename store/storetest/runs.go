@@ -34,9 +34,17 @@ func wantRun(t testing.TB, got, want *store.RunRecord) {
 	}
 	g.Deadline, g.CreatedAt, g.StartedAt, g.EndedAt = time.Time{}, time.Time{}, time.Time{}, time.Time{}
 	w.Deadline, w.CreatedAt, w.StartedAt, w.EndedAt = time.Time{}, time.Time{}, time.Time{}, time.Time{}
-	if g != w {
-		t.Fatalf("run = %+v\nwant  %+v", g, w)
+	// Pointers (cost, budget) by what they point at.
+	if !reflect.DeepEqual(g, w) {
+		t.Fatalf("run = %+v (cost %v, budget %v)\nwant  %+v (cost %v, budget %v)", g, deref(g.Usage.CostUSD), g.Budget, w, deref(w.Usage.CostUSD), w.Budget)
 	}
+}
+
+func deref[V any](p *V) any {
+	if p == nil {
+		return nil
+	}
+	return *p
 }
 
 func normalised(t time.Time) time.Time { return t.UTC().Truncate(time.Microsecond) }
@@ -48,7 +56,8 @@ func testRunRoundTrip(t *T) {
 		Owner: key.Owner, SessionID: key.ID, ID: "run_full",
 		Status: rein.StatusRunning, Reason: "", Error: "", Input: "do the thing ✓",
 		ClientID: "client-1", QueueOrder: -7, Deadline: deadline, Instance: "inst-a",
-		Usage:     rein.Usage{InputTokens: 123, OutputTokens: 456},
+		Usage:     rein.Usage{InputTokens: 123, OutputTokens: 456, CostUSD: ptrTo(0.000789)},
+		Budget:    &rein.Budget{Tokens: 5000, CostUSD: 0.25},
 		CreatedAt: time.Date(2031, 3, 4, 5, 0, 0, 1999, time.UTC),
 		StartedAt: time.Date(2031, 3, 4, 5, 0, 1, 2999, time.UTC),
 	}
@@ -170,6 +179,17 @@ func testRunUpdate(t *T) {
 		{store.RunUpdate{Usage: &rein.Usage{InputTokens: 10, OutputTokens: 20}}, func(r *store.RunRecord) { r.Usage = rein.Usage{InputTokens: 10, OutputTokens: 20} }},
 		{store.RunUpdate{StartedAt: started}, func(r *store.RunRecord) { r.StartedAt = normalised(started) }},
 		{store.RunUpdate{Usage: &rein.Usage{}}, func(r *store.RunRecord) { r.Usage = rein.Usage{} }},
+		// A model request's usage is added (its cost too, once it has one).
+		{store.RunUpdate{AddUsage: &rein.Usage{InputTokens: 100, OutputTokens: 7}}, func(r *store.RunRecord) { r.Usage = rein.Usage{InputTokens: 100, OutputTokens: 7} }},
+		{store.RunUpdate{AddUsage: &rein.Usage{InputTokens: 5, OutputTokens: 1, CostUSD: ptrTo(0.5)}}, func(r *store.RunRecord) {
+			r.Usage = rein.Usage{InputTokens: 105, OutputTokens: 8, CostUSD: ptrTo(0.5)}
+		}},
+		{store.RunUpdate{AddUsage: &rein.Usage{InputTokens: 1, OutputTokens: 1, CostUSD: ptrTo(0.25)}}, func(r *store.RunRecord) {
+			r.Usage = rein.Usage{InputTokens: 106, OutputTokens: 9, CostUSD: ptrTo(0.75)}
+		}},
+		{store.RunUpdate{AddUsage: &rein.Usage{InputTokens: 1}}, func(r *store.RunRecord) {
+			r.Usage = rein.Usage{InputTokens: 107, OutputTokens: 9, CostUSD: ptrTo(0.75)}
+		}},
 	}
 	for _, s := range steps {
 		s.apply(want)
@@ -394,3 +414,5 @@ func testListEndedSince(t *T) {
 		t.Fatalf("ListEndedSince after every end = %#v, want empty non-nil", list)
 	}
 }
+
+func ptrTo[V any](v V) *V { return &v }

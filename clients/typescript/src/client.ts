@@ -7,6 +7,7 @@ import { errorFromResponse } from "./errors.js";
 import { Run } from "./run.js";
 import { EventStream, StreamShapeError, type EventStreamOptions, type ReconnectOptions, type StreamTransport } from "./stream.js";
 import type {
+  Budget,
   ConfirmResult,
   EditRunOptions,
   ConfirmationList,
@@ -61,6 +62,9 @@ export interface CreateSessionOptions extends CallOptions {
   agent?: string;
   /** The session's system prompt override. */
   system?: string;
+  /** Bounds what the session's runs may spend together; a session over it
+   * refuses new messages (409 `conflict`) until it is raised. */
+  budget?: Budget;
 }
 
 /** Options of send. */
@@ -71,6 +75,8 @@ export interface SendOptions extends CallOptions {
   clientId?: string;
   /** The run's deadline in seconds, queue time included. */
   timeoutS?: number;
+  /** Bounds what the run may spend: once reached it ends with reason `budget`. */
+  budget?: Budget;
 }
 
 /** Options of stop. Name the run by `runId` or by the `clientId` of the
@@ -133,6 +139,7 @@ export class ReinClient {
     if (opts.metadata !== undefined) body["metadata"] = opts.metadata;
     if (opts.agent !== undefined) body["agent"] = opts.agent;
     if (opts.system !== undefined) body["system"] = opts.system;
+    if (opts.budget !== undefined) body["budget"] = opts.budget;
     return (await this.#call("POST", "/api/sessions", { body, signal: opts.signal })) as Session;
   }
 
@@ -141,17 +148,19 @@ export class ReinClient {
     return (await this.#call("GET", sessionPath(sessionId), opts)) as SessionDetail;
   }
 
-  /** Changes a session's title or metadata (`PATCH /api/sessions/{id}`): a
-   * field left out stays; `metadata` replaces the whole object; a title of
-   * `""` leaves the session untitled for good. Answers the session as `getSession`. */
+  /** Changes a session's title, metadata or budget (`PATCH
+   * /api/sessions/{id}`): a field left out stays; `metadata` replaces the
+   * whole object; a title of `""` leaves the session untitled for good; a
+   * `budget` of null removes it. Answers the session as `getSession`. */
   async updateSession(
     sessionId: string,
-    change: { title?: string; metadata?: { [key: string]: JSONValue } },
+    change: { title?: string; metadata?: { [key: string]: JSONValue }; budget?: Budget | null },
     opts: CallOptions = {},
   ): Promise<SessionDetail> {
     const body: { [k: string]: unknown } = {};
     if (change.title !== undefined) body["title"] = change.title;
     if (change.metadata !== undefined) body["metadata"] = change.metadata;
+    if (change.budget !== undefined) body["budget"] = change.budget;
     return (await this.#call("PATCH", sessionPath(sessionId), { body, signal: opts.signal })) as SessionDetail;
   }
 
@@ -223,6 +232,7 @@ export class ReinClient {
       when_busy: opts.whenBusy,
       client_id: opts.clientId,
       timeout_s: opts.timeoutS,
+      budget: opts.budget,
     }, opts)) as SendResult;
     return new Run(this, sessionId, r.run_id, r.status);
   }

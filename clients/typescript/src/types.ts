@@ -57,6 +57,18 @@ export interface SessionDetail extends Session {
   queued_run_ids: string[];
   last_seq: number;
   pending_confirmations: PendingConfirmation[];
+  /** The session's budget; null when none. */
+  budget: Budget | null;
+  /** What the session's runs have spent together. */
+  usage: Usage;
+}
+
+/** Bounds what runs may spend (docs/api.md "Budgets and usage"): set one
+ * bound or both. `tokens` counts input and output tokens together;
+ * `cost_usd` needs the model's price. */
+export interface Budget {
+  tokens?: number;
+  cost_usd?: number;
 }
 
 /** A page of `GET /api/sessions`. `next` is the cursor of the following
@@ -111,6 +123,8 @@ export interface RunInfo {
   client_id: string | null;
   /** A queued run's place in the queue (1 = next); null for any other run. */
   position: number | null;
+  /** Summed over the run's model requests so far. */
+  usage: Usage;
   /** A FAILED run's error message. */
   error?: string;
   [key: string]: unknown;
@@ -156,11 +170,12 @@ export interface EventPage {
   last_seq: number;
 }
 
-/** Token counts of model requests. */
+/** Token counts of model requests, and their cost in US dollars (null
+ * when no request counted had a price). */
 export interface Usage {
   input_tokens: number;
   output_tokens: number;
-  cost_usd?: number | null;
+  cost_usd: number | null;
 }
 
 // ---- events -------------------------------------------------------------
