@@ -12,7 +12,10 @@ import (
 // names every route with the prefix.
 func TestRoutes(t *testing.T) {
 	rt := NewRoutes("/p")
-	rt.Handle("GET /things/{id}", func(w http.ResponseWriter, r *http.Request) { w.WriteHeader(200); _, _ = w.Write([]byte(r.PathValue("id"))) })
+	rt.Handle("GET /things/{id}", func(w http.ResponseWriter, r *http.Request) {
+		w.WriteHeader(200)
+		_, _ = w.Write([]byte(r.PathValue("id")))
+	})
 	rt.Handle("POST /things", func(w http.ResponseWriter, r *http.Request) { w.WriteHeader(201) })
 	if got := rt.List(); !slices.Equal(got, []string{"GET /p/things/{id}", "POST /p/things"}) {
 		t.Fatalf("List = %q", got)
