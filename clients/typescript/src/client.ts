@@ -232,7 +232,7 @@ export class ReinClient {
       when_busy: opts.whenBusy,
       client_id: opts.clientId,
       timeout_s: opts.timeoutS,
-      budget: opts.budget,
+      budget: opts.budget && budgetJSON(opts.budget),
     }, opts)) as SendResult;
     return new Run(this, sessionId, r.run_id, r.status);
   }
@@ -435,3 +435,11 @@ function dropUndefined(o: SubmittedEvent["payload"]): { [key: string]: JSONValue
   return out;
 }
 
+
+/** The budget as the request's JSON: only the bounds given. */
+function budgetJSON(b: Budget): { [key: string]: JSONValue } {
+  const out: { [key: string]: JSONValue } = {};
+  if (b.tokens !== undefined) out.tokens = b.tokens;
+  if (b.cost_usd !== undefined) out.cost_usd = b.cost_usd;
+  return out;
+}
