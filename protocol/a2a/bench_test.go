@@ -4,18 +4,14 @@ import (
 	"encoding/json"
 	"io"
 	"net/http"
-	"os"
-	"path/filepath"
 	"strings"
 	"testing"
 
 	"github.com/reinhq/rein/internal/id"
-	"github.com/reinhq/rein/internal/reintest"
 	"github.com/reinhq/rein/protocol"
 	a2aproto "github.com/reinhq/rein/protocol/a2a"
 	"github.com/reinhq/rein/protocol/protocoltest"
 	"github.com/reinhq/rein/sessions"
-	"github.com/reinhq/rein/store/sqlite"
 )
 
 // benchAPIs are the native API and A2A's HTTP+JSON binding on one server
@@ -23,20 +19,8 @@ import (
 // first item names the task and its context, the session), and the task's
 // :cancel cancels it.
 func benchAPIs(b *testing.B) []protocoltest.BenchAPI {
-	st, err := sqlite.Open(b.Context(), filepath.Join(b.TempDir(), "bench.db"), sqlite.Options{})
-	if err != nil {
-		b.Fatal(err)
-	}
-	script := filepath.Join(b.TempDir(), "script.yaml")
-	if err := os.WriteFile(script, []byte(protocoltest.BenchScript), 0o600); err != nil {
-		b.Fatal(err)
-	}
-	srv := reintest.NewServer(b, reintest.ServerOptions{
-		Script: script,
-		Store:  st,
-		Protocols: func(svc *sessions.Service) []protocol.Mount {
-			return a2aproto.Mounts(a2aproto.Options{Service: svc})
-		},
+	srv := protocoltest.BenchServer(b, func(svc *sessions.Service) []protocol.Mount {
+		return a2aproto.Mounts(a2aproto.Options{Service: svc})
 	})
 	hasAny := func(ss ...string) func(string) bool {
 		return func(line string) bool {

@@ -3,40 +3,23 @@ package agui_test
 import (
 	"io"
 	"net/http"
-	"os"
-	"path/filepath"
 	"strings"
 	"testing"
 
 	"github.com/reinhq/rein/internal/id"
-	"github.com/reinhq/rein/internal/reintest"
 	"github.com/reinhq/rein/protocol"
 	"github.com/reinhq/rein/protocol/agui"
 	"github.com/reinhq/rein/protocol/protocoltest"
 	"github.com/reinhq/rein/sessions"
-	"github.com/reinhq/rein/store/sqlite"
 )
 
 // benchAPIs are the native API and /ag-ui on one server over one SQLite
 // store: a RunAgentInput POST answers with its run's stream, the cancel
 // route (by the client's runId) cancels it.
 func benchAPIs(b *testing.B) []protocoltest.BenchAPI {
-	st, err := sqlite.Open(b.Context(), filepath.Join(b.TempDir(), "bench.db"), sqlite.Options{})
-	if err != nil {
-		b.Fatal(err)
-	}
-	script := filepath.Join(b.TempDir(), "script.yaml")
-	if err := os.WriteFile(script, []byte(protocoltest.BenchScript), 0o600); err != nil {
-		b.Fatal(err)
-	}
-	srv := reintest.NewServer(b, reintest.ServerOptions{
-		Script: script,
-		Store:  st,
-		Protocols: func(svc *sessions.Service) []protocol.Mount {
-			return []protocol.Mount{agui.Mount(svc, agui.Options{})}
-		},
+	srv := protocoltest.BenchServer(b, func(svc *sessions.Service) []protocol.Mount {
+		return []protocol.Mount{agui.Mount(svc, agui.Options{})}
 	})
-	has := func(s string) func(string) bool { return func(line string) bool { return strings.Contains(line, s) } }
 	return []protocoltest.BenchAPI{
 		protocoltest.NativeAPI(srv.HTTP, srv.URL),
 		{
@@ -62,8 +45,8 @@ func benchAPIs(b *testing.B) []protocoltest.BenchAPI {
 					},
 				}
 			},
-			Text: has(`"type":"TEXT_MESSAGE_CONTENT"`),
-			End:  has(`"type":"RUN_FINISHED"`),
+			Text: protocoltest.Contains(`"type":"TEXT_MESSAGE_CONTENT"`),
+			End:  protocoltest.Contains(`"type":"RUN_FINISHED"`),
 		},
 	}
 }

@@ -4,11 +4,18 @@ import (
 	"bufio"
 	"io"
 	"net/http"
+	"os"
+	"path/filepath"
 	"slices"
 	"strings"
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/reinhq/rein/internal/reintest"
+	"github.com/reinhq/rein/protocol"
+	"github.com/reinhq/rein/sessions"
+	"github.com/reinhq/rein/store/sqlite"
 )
 
 // The adapters' benchmarks: the same three measures through every
@@ -282,4 +289,25 @@ func processCPU(b *testing.B) time.Duration {
 		b.Fatal(err)
 	}
 	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+}
+
+// BenchServer is the server the adapters' benchmarks run: the scripted
+// model of BenchScript, one SQLite store, the native API and the
+// adapters mounts builds.
+func BenchServer(b *testing.B, mounts func(*sessions.Service) []protocol.Mount) *reintest.Server {
+	b.Helper()
+	st, err := sqlite.Open(b.Context(), filepath.Join(b.TempDir(), "bench.db"), sqlite.Options{})
+	if err != nil {
+		b.Fatal(err)
+	}
+	script := filepath.Join(b.TempDir(), "script.yaml")
+	if err := os.WriteFile(script, []byte(BenchScript), 0o600); err != nil {
+		b.Fatal(err)
+	}
+	return reintest.NewServer(b, reintest.ServerOptions{Script: script, Store: st, Protocols: mounts})
+}
+
+// Contains is a line test: the line holds s.
+func Contains(s string) func(string) bool {
+	return func(line string) bool { return strings.Contains(line, s) }
 }
