@@ -56,6 +56,10 @@ type runState struct {
 	tools map[string]string
 	// pending are the agent.tool_use event ids waiting for an answer.
 	pending []string
+	// usage is the open span's request's usage, from its
+	// agent.model_request (logged in the write that ends the step, before
+	// its tool calls).
+	usage usageJSON
 }
 
 // renderer turns a session's events into protocol events.
@@ -451,6 +455,12 @@ func (r *renderer) event(ctx context.Context, e rein.Event, rest []rein.Event) e
 		if idle {
 			r.add(e.Seq, "session.status_idle", idleJSON{baseJSON: base(e.ID, "session.status_idle", e), StopReason: stopReasonJSON{Type: "end_turn"}})
 		}
+	case rein.EventModelRequest:
+		// The request's usage goes on the span it ends.
+		var p rein.ModelRequestPayload
+		_ = json.Unmarshal(e.Payload, &p)
+		st := r.run(e.RunID)
+		st.usage = usageJSON{InputTokens: p.Usage.InputTokens, OutputTokens: p.Usage.OutputTokens}
 	case rein.EventSubagentStarted:
 		// A child's activation: its first is the thread's creation (threads.go).
 		var p rein.SubagentStartedPayload
@@ -508,8 +518,8 @@ func (r *renderer) endSpan(st *runState, e rein.Event, isError bool) {
 	if st.span == "" {
 		return
 	}
-	r.add(e.Seq, "span.model_request_end", spanEndJSON{baseJSON: base(e.ID+"_span_end", "span.model_request_end", e), ModelRequestStartID: st.span, IsError: isError})
-	st.span = ""
+	r.add(e.Seq, "span.model_request_end", spanEndJSON{baseJSON: base(e.ID+"_span_end", "span.model_request_end", e), ModelRequestStartID: st.span, ModelUsage: st.usage, IsError: isError})
+	st.span, st.usage = "", usageJSON{}
 }
 
 // answered takes ref out of the pending questions; it reports whether ref

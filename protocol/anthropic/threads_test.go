@@ -158,3 +158,60 @@ func isStatus(err error, status int) bool {
 	var e *sdk.Error
 	return errors.As(err, &e) && e.StatusCode == status
 }
+
+// usageScript states each request's usage.
+const usageScript = `rules:
+  - match: "^tools"
+    steps:
+      - text: "first"
+        usage: {input_tokens: 100, output_tokens: 10}
+        tool_calls:
+          - name: sleep
+            input: {seconds: 0}
+      - text: "second"
+        usage: {input_tokens: 200, output_tokens: 20}
+`
+
+// TestSpanUsage: each span.model_request_end carries its request's usage,
+// from the agent.model_request logged with the step.
+func TestSpanUsage(t *testing.T) {
+	script := filepath.Join(t.TempDir(), "script.yaml")
+	if err := os.WriteFile(script, []byte(usageScript), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	srv := reintest.NewServer(t, reintest.ServerOptions{
+		Script: script,
+		Tokens: map[string]string{"tok-alice": "alice"},
+		Protocols: func(svc *sessions.Service) []protocol.Mount {
+			return []protocol.Mount{anthropic.Mount(svc, anthropic.Options{})}
+		},
+	})
+	c := client(srv, "tok-alice")
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	s, err := c.Beta.Sessions.New(ctx, sdk.BetaSessionNewParams{Agent: sdk.BetaSessionNewParamsAgentUnion{OfString: sdk.String("default")}, EnvironmentID: "env"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.Beta.Sessions.Events.Send(ctx, s.ID, sdk.BetaSessionEventSendParams{Events: []sdk.BetaManagedAgentsEventParamsUnion{{
+		OfUserMessage: &sdk.BetaManagedAgentsUserMessageEventParams{Content: []sdk.BetaManagedAgentsUserMessageEventParamsContentUnion{{OfText: &sdk.BetaManagedAgentsTextBlockParam{Text: "tools please"}}}},
+	}}}); err != nil {
+		t.Fatal(err)
+	}
+	st := c.Beta.Sessions.Events.StreamEvents(ctx, s.ID, sdk.BetaSessionEventStreamParams{}, option.WithQuery("after", "0"))
+	defer st.Close()
+	var got [][2]int64
+	for st.Next() {
+		ev := st.Current()
+		if ev.Type == "span.model_request_end" {
+			u := ev.AsSpanModelRequestEnd().ModelUsage
+			got = append(got, [2]int64{u.InputTokens, u.OutputTokens})
+		}
+		if ev.Type == "session.status_idle" {
+			break
+		}
+	}
+	if len(got) != 2 || got[0] != [2]int64{100, 10} || got[1] != [2]int64{200, 20} {
+		t.Fatalf("span usages %v, want [[100 10] [200 20]] (err %v)", got, st.Err())
+	}
+}
