@@ -2,16 +2,11 @@ package agui_test
 
 import (
 	"context"
-	"net/http"
-	"os"
-	"path/filepath"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/reinhq/rein"
-	"github.com/reinhq/rein/internal/reintest"
 	"github.com/reinhq/rein/protocol"
 	"github.com/reinhq/rein/protocol/agui"
 	"github.com/reinhq/rein/protocol/protocoltest"
@@ -45,25 +40,8 @@ const browserScript = `rules:
 // shows it cancelled.
 func TestBrowserAGUI(t *testing.T) {
 	page := protocoltest.BuildPage(t, "testdata/browser")
-	scriptPath := filepath.Join(t.TempDir(), "script.yaml")
-	if err := os.WriteFile(scriptPath, []byte(browserScript), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	var mu sync.Mutex
-	rejoined := 0 // GET …/stream answered 200
-	srv := reintest.NewServer(t, reintest.ServerOptions{
-		Script: scriptPath,
-		Tokens: map[string]string{"tok-alice": "alice"},
-		Protocols: func(svc *sessions.Service) []protocol.Mount {
-			return []protocol.Mount{agui.Mount(svc, agui.Options{})}
-		},
-		Wrap: protocoltest.WithPage(page, func(r *http.Request, status int) {
-			if r.Method == http.MethodGet && strings.HasSuffix(r.URL.Path, "/stream") && status == http.StatusOK {
-				mu.Lock()
-				rejoined++
-				mu.Unlock()
-			}
-		}),
+	srv := protocoltest.NewPageServer(t, browserScript, page, func(svc *sessions.Service) []protocol.Mount {
+		return []protocol.Mount{agui.Mount(svc, agui.Options{})}
 	})
 	const thread = "browser-thread"
 	key := rein.SessionKey{Owner: "alice", ID: thread}
@@ -109,9 +87,7 @@ func TestBrowserAGUI(t *testing.T) {
 		t.Fatalf("the stopped run ended %s/%s, want CANCELLED/cancelled", out.Status, out.Reason)
 	}
 	sameText("after Stop")
-	mu.Lock()
-	defer mu.Unlock()
-	if rejoined != 1 {
+	if rejoined := srv.Streams(); rejoined != 1 {
 		t.Fatalf("%d thread streams answered 200, want the one the reloaded page opened", rejoined)
 	}
 }

@@ -2,16 +2,11 @@ package aisdk_test
 
 import (
 	"context"
-	"net/http"
-	"os"
-	"path/filepath"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/reinhq/rein"
-	"github.com/reinhq/rein/internal/reintest"
 	"github.com/reinhq/rein/protocol"
 	"github.com/reinhq/rein/protocol/aisdk"
 	"github.com/reinhq/rein/protocol/protocoltest"
@@ -54,25 +49,8 @@ const browserScript = `rules:
 // deltas in the log, each once.
 func TestBrowserUseChat(t *testing.T) {
 	page := protocoltest.BuildPage(t, "testdata/browser")
-	scriptPath := filepath.Join(t.TempDir(), "script.yaml")
-	if err := os.WriteFile(scriptPath, []byte(browserScript), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	var mu sync.Mutex
-	resumed := 0 // GET …/stream answered 200: a resumed stream
-	srv := reintest.NewServer(t, reintest.ServerOptions{
-		Script: scriptPath,
-		Tokens: map[string]string{"tok-alice": "alice"},
-		Protocols: func(svc *sessions.Service) []protocol.Mount {
-			return []protocol.Mount{aisdk.Mount(svc, aisdk.Options{})}
-		},
-		Wrap: protocoltest.WithPage(page, func(r *http.Request, status int) {
-			if r.Method == http.MethodGet && strings.HasSuffix(r.URL.Path, "/stream") && status == http.StatusOK {
-				mu.Lock()
-				resumed++
-				mu.Unlock()
-			}
-		}),
+	srv := protocoltest.NewPageServer(t, browserScript, page, func(svc *sessions.Service) []protocol.Mount {
+		return []protocol.Mount{aisdk.Mount(svc, aisdk.Options{})}
 	})
 	const chat = "browser-chat"
 	key := rein.SessionKey{Owner: "alice", ID: chat}
@@ -134,9 +112,7 @@ func TestBrowserUseChat(t *testing.T) {
 		t.Fatalf("the stopped run ended %s/%s, want COMPLETED/interrupted", out.Status, out.Reason)
 	}
 	sameText("after Stop")
-	mu.Lock()
-	defer mu.Unlock()
-	if resumed < 2 {
+	if resumed := srv.Streams(); resumed < 2 {
 		t.Fatalf("%d resumed streams answered 200, want the page to have resumed the run after each of its 2 reloads", resumed)
 	}
 }

@@ -19,6 +19,8 @@ import (
 
 	"github.com/reinhq/rein"
 	"github.com/reinhq/rein/internal/browsertest"
+	"github.com/reinhq/rein/internal/reintest"
+	"github.com/reinhq/rein/protocol"
 	"github.com/reinhq/rein/sessions"
 )
 
@@ -296,4 +298,44 @@ func WaitEvent(ctx context.Context, t *testing.T, svc *sessions.Service, key rei
 			t.Fatalf("waiting for an event: %v", err)
 		}
 	}
+}
+
+// PageServer is a server for a browser check: the scripted model of
+// script, alice's token tok-alice, the adapters mounts builds, and page
+// (BuildPage) under /page/. Streams counts the event streams (GET …/stream)
+// it answered 200: the page's resumes.
+type PageServer struct {
+	*reintest.Server
+	mu      sync.Mutex
+	streams int
+}
+
+// NewPageServer starts a PageServer.
+func NewPageServer(t *testing.T, script string, page http.Handler, mounts func(*sessions.Service) []protocol.Mount) *PageServer {
+	t.Helper()
+	path := filepath.Join(t.TempDir(), "script.yaml")
+	if err := os.WriteFile(path, []byte(script), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	ps := &PageServer{}
+	ps.Server = reintest.NewServer(t, reintest.ServerOptions{
+		Script:    path,
+		Tokens:    map[string]string{"tok-alice": "alice"},
+		Protocols: mounts,
+		Wrap: WithPage(page, func(r *http.Request, status int) {
+			if r.Method == http.MethodGet && strings.HasSuffix(r.URL.Path, "/stream") && status == http.StatusOK {
+				ps.mu.Lock()
+				ps.streams++
+				ps.mu.Unlock()
+			}
+		}),
+	})
+	return ps
+}
+
+// Streams is how many event streams the server answered 200 so far.
+func (ps *PageServer) Streams() int {
+	ps.mu.Lock()
+	defer ps.mu.Unlock()
+	return ps.streams
 }
