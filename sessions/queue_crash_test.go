@@ -2,14 +2,12 @@ package sessions_test
 
 import (
 	"context"
-	"fmt"
 	"slices"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/reinhq/rein"
-	"github.com/reinhq/rein/internal/reintest"
 	"github.com/reinhq/rein/sessions"
 	"github.com/reinhq/rein/store"
 	"github.com/reinhq/rein/store/storetest"
@@ -25,34 +23,13 @@ import (
 // interrupted.
 func TestCrashWindowsQueue(t *testing.T) {
 	t.Parallel()
-	onClockedBackends(t, func(t *testing.T, open clockedOpener) {
-		for n := 1; n <= 3; n++ {
-			for _, after := range []bool{false, true} {
-				t.Run(fmt.Sprintf("write%d-committed=%v", n, after), func(t *testing.T) {
-					clk := &shiftClock{}
-					crashQueue(t, open(t, clk.now), clk, n, after)
-				})
-			}
-		}
-	})
+	sweepWrites(t, 3, crashQueue)
 }
 
 func crashQueue(t *testing.T, base store.Store, clk *shiftClock, n int, afterCommit bool) {
 	ctx := context.Background()
-	newService := func(st store.Store, instance string) *sessions.Service {
-		svc, err := reintest.Service("testdata/service.yaml", st, func(c *sessions.Config) {
-			c.Workspace, c.LeaseTTL, c.Instance = t.TempDir(), liveLease, instance
-		})
-		if err != nil {
-			t.Fatal(err)
-		}
-		if err := svc.Start(ctx); err != nil {
-			t.Fatal(err)
-		}
-		return svc
-	}
 	f := storetest.NewFaulty(base)
-	first := newService(f, "first")
+	first := crashService(t, f, "first")
 
 	// The session, arranged directly in the store after the service
 	// started (so it has nothing to recover and writes nothing of its
@@ -119,7 +96,7 @@ func crashQueue(t *testing.T, base store.Store, clk *shiftClock, n int, afterCom
 
 	// The client retries what it was not answered for, in order, on a
 	// restarted service (A's turn is still held by its live instance).
-	second := newService(base, "second")
+	second := crashService(t, base, "second")
 	for i, call := range calls {
 		if !answered[i] {
 			if err := call(second); err != nil {
@@ -140,7 +117,7 @@ func crashQueue(t *testing.T, base store.Store, clk *shiftClock, n int, afterCom
 	// A's instance is gone: the next service ends A as the promote's
 	// durable stop says, and runs C, D, B in that order.
 	clk.advance(time.Hour + lapse)
-	third := newService(base, "third")
+	third := crashService(t, base, "third")
 	defer third.Close()
 	wctx, cancel := context.WithTimeout(ctx, 20*time.Second)
 	defer cancel()

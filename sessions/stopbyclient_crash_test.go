@@ -20,46 +20,25 @@ import (
 // admission, never started, ended once.
 func TestCrashWindowsStopByClientID(t *testing.T) {
 	t.Parallel()
-	onClockedBackends(t, func(t *testing.T, open clockedOpener) {
-		for n := 1; n <= 3; n++ {
-			for _, after := range []bool{false, true} {
-				t.Run(fmt.Sprintf("write%d-committed=%v", n, after), func(t *testing.T) {
-					clk := &shiftClock{}
-					crashStopByClientID(t, open(t, clk.now), clk, n, after)
-				})
-			}
-		}
-	})
+	sweepWrites(t, 3, crashStopByClientID)
 }
 
 func crashStopByClientID(t *testing.T, base store.Store, clk *shiftClock, n int, afterCommit bool) {
 	ctx := context.Background()
-	newService := func(st store.Store, instance string) *sessions.Service {
-		svc, err := reintest.Service("testdata/service.yaml", st, func(c *sessions.Config) {
-			c.Workspace, c.LeaseTTL, c.Instance = t.TempDir(), liveLease, instance
-		})
-		if err != nil {
-			t.Fatal(err)
-		}
-		if err := svc.Start(ctx); err != nil {
-			t.Fatal(err)
-		}
-		return svc
-	}
 	if err := base.CreateSession(ctx, &store.Session{Owner: "alice", ID: "ses_crash"}); err != nil {
 		t.Fatal(err)
 	}
 	key := rein.SessionKey{Owner: "alice", ID: "ses_crash"}
 	f := storetest.NewFaulty(base)
 	f.CrashAt(n, afterCommit)
-	first := newService(f, "first")
+	first := crashService(t, f, "first")
 	_, stopErr := first.Interrupt(ctx, key, sessions.InterruptRequest{ClientID: "c"})
 	_, msgErr := first.SendMessage(ctx, key, sessions.MessageRequest{Text: "block me", ClientID: "c"})
 	first.Close()
 	clk.advance(lapse)
 
 	// The client retries whatever it was not answered for, in its order.
-	second := newService(base, "second")
+	second := crashService(t, base, "second")
 	defer second.Close()
 	if stopErr != nil {
 		res, err := second.Interrupt(ctx, key, sessions.InterruptRequest{ClientID: "c"})
@@ -99,4 +78,37 @@ func crashStopByClientID(t *testing.T, base store.Store, clk *shiftClock, n int,
 	if msgErr == nil && stopErr == nil && n <= 2 && !afterCommit {
 		t.Fatalf("write %d was lost, yet both calls were answered", n)
 	}
+}
+
+// sweepWrites runs crash for each of the first writes writes of a
+// scenario, with the write lost and with it committed and its answer
+// lost, on every clocked backend.
+func sweepWrites(t *testing.T, writes int, crash func(t *testing.T, base store.Store, clk *shiftClock, n int, afterCommit bool)) {
+	onClockedBackends(t, func(t *testing.T, open clockedOpener) {
+		for n := 1; n <= writes; n++ {
+			for _, after := range []bool{false, true} {
+				t.Run(fmt.Sprintf("write%d-committed=%v", n, after), func(t *testing.T) {
+					clk := &shiftClock{}
+					crash(t, open(t, clk.now), clk, n, after)
+				})
+			}
+		}
+	})
+}
+
+// crashService starts a service of the crash scenarios on st, named
+// instance, with a live lease; t's cleanup does not close it (the
+// scenario decides when it "dies").
+func crashService(t *testing.T, st store.Store, instance string) *sessions.Service {
+	t.Helper()
+	svc, err := reintest.Service("testdata/service.yaml", st, func(c *sessions.Config) {
+		c.Workspace, c.LeaseTTL, c.Instance = t.TempDir(), liveLease, instance
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := svc.Start(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	return svc
 }
