@@ -11,6 +11,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -24,6 +25,7 @@ import (
 	"github.com/reinhq/rein/protocol/langgraph"
 	"github.com/reinhq/rein/protocol/protocoltest"
 	"github.com/reinhq/rein/sessions"
+	"github.com/reinhq/rein/store"
 )
 
 // pageState is what the page shows (testdata/browser/page.jsx).
@@ -39,9 +41,9 @@ type pageState struct {
 // (testdata/browser, pinned with a lockfile, bundled by esbuild) in
 // headless Chromium against Rein: submit and stream, an interrupt
 // approved, stop (the run cancelled on the server), and a reload mid-run
-// that rejoins the run (reconnectOnMount) with its text shown once. (The
-// multitask strategies are tested through the Client and StreamOrchestrator
-// in testdata/node and in Go.)
+// that rejoins the run (reconnectOnMount) with its text shown once; then a
+// submit while busy with each multitask strategy the hook sends, checked
+// both on the page and in the server's runs.
 func TestUseStreamBrowser(t *testing.T) {
 	if testing.Short() {
 		t.Skip("installs npm packages and starts a browser")
@@ -183,5 +185,97 @@ func TestUseStreamBrowser(t *testing.T) {
 	}
 	if s.Error != "" {
 		t.Fatalf("the page shows an error: %s", s.Error)
+	}
+
+	// Submitting while busy, with each multitask strategy useStream sends.
+	run := func(input string) *store.RunRecord {
+		t.Helper()
+		runs, err := srv.Service.ListRuns(ctx, key)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, r := range runs {
+			if r.Input == input {
+				return r
+			}
+		}
+		return nil
+	}
+	ended := func(input string) sessions.RunOutcome {
+		t.Helper()
+		r := run(input)
+		if r == nil {
+			t.Fatalf("no run for %q", input)
+		}
+		out, err := srv.Service.WaitRun(ctx, key, r.ID)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return out
+	}
+	streamed := "ai: " + streamText
+	for _, c := range []struct {
+		strategy string
+		status   rein.RunStatus
+		reason   rein.Reason
+	}{
+		// interrupt: the busy run is stopped cooperatively and ends
+		// interrupted; rollback: it is cancelled and its turn dropped.
+		{"interrupt", rein.StatusCompleted, rein.ReasonInterrupted},
+		{"rollback", rein.StatusCancelled, rein.ReasonCancelled},
+	} {
+		busy, next := "long, then "+c.strategy, "stream after "+c.strategy
+		do(`window.page.submit(` + strconv.Quote(busy) + `)`)
+		wait("the busy run's text", func(s pageState) bool {
+			return s.IsLoading && slices.Contains(s.Messages, "ai: sleeping for an hour") && slices.Contains(s.Messages, "human: "+busy)
+		})
+		do(`window.page.submit(` + strconv.Quote(next) + `, {multitaskStrategy: "` + c.strategy + `"})`)
+		s = wait("the run after "+c.strategy, func(s pageState) bool {
+			return !s.IsLoading && slices.Contains(s.Messages, "human: "+next) && last(s) == streamed
+		})
+		if out := ended(busy); out.Status != c.status || out.Reason != c.reason {
+			t.Fatalf("%s: the busy run ended %s/%s, want %s/%s", c.strategy, out.Status, out.Reason, c.status, c.reason)
+		}
+		if out := ended(next); out.Status != rein.StatusCompleted {
+			t.Fatalf("%s: the new run ended %s/%s", c.strategy, out.Status, out.Reason)
+		}
+		if s.Error != "" {
+			t.Fatalf("%s: the page shows an error: %s", c.strategy, s.Error)
+		}
+		// A rolled-back turn leaves the thread's state, as in LangGraph.
+		if rolled := slices.Contains(s.Messages, "human: "+busy); rolled == (c.strategy == "rollback") {
+			t.Fatalf("%s: the busy run's message shown=%v: %q", c.strategy, rolled, s.Messages)
+		}
+	}
+
+	// enqueue: useStream holds the second submit until the first run's
+	// stream ends, then sends it; both run, in order, each shown once.
+	do(`window.page.submit("stream first"); window.page.submit("stream second", {multitaskStrategy: "enqueue"})`)
+	s = wait("both enqueued runs", func(s pageState) bool {
+		return !s.IsLoading && slices.Contains(s.Messages, "human: stream second") && last(s) == streamed
+	})
+	first, second := run("stream first"), run("stream second")
+	if first == nil || second == nil || first.Status != rein.StatusCompleted || second.Status != rein.StatusCompleted ||
+		second.StartedAt.Before(first.EndedAt) {
+		t.Fatalf("enqueued runs: %+v, %+v", first, second)
+	}
+	tail := s.Messages[len(s.Messages)-4:]
+	if want := []string{"human: stream first", streamed, "human: stream second", streamed}; !slices.Equal(tail, want) {
+		t.Fatalf("enqueued runs shown as %q, want %q", tail, want)
+	}
+
+	// reject: another client's run holds the thread; the page's submit is
+	// refused with the SDK's error, and no run is created for it.
+	other, err := srv.Service.SendMessage(ctx, key, sessions.MessageRequest{Text: "long, from elsewhere"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	do(`window.page.submit("stream rejected", {multitaskStrategy: "reject"})`)
+	s = wait("the refusal", func(s pageState) bool { return !s.IsLoading && s.Error != "" })
+	if r := run("stream rejected"); r != nil {
+		t.Fatalf("a rejected submit created run %+v", r)
+	}
+	if res, err := srv.Service.Interrupt(ctx, key, sessions.InterruptRequest{RunID: &other.RunID}); err != nil || !res.Accepted {
+		t.Fatalf("stopping the other client's run: %+v (%v)", res, err)
 	}
 }
